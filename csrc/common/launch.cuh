@@ -1,0 +1,25 @@
+// Shared launcher helpers: status mapping and the thread-local last CUDA error.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../include/deltakit.h"
+
+namespace dk {
+
+// Records `e` as this thread's last CUDA error (read back with dk_last_cuda_error).
+void set_last_cuda_error(int e);
+
+// Maps the launch result of the kernel just enqueued to a status.
+inline dk_status launch_status() {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    set_last_cuda_error(static_cast<int>(e));
+    return DK_ERR_CUDA;
+  }
+  return DK_OK;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace dk
