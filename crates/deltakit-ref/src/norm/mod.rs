@@ -1,0 +1,16 @@
+//! RMS norms of Qwen3.5: the zero-centred `(1 + w)` RMSNorm (input/post-attention/final norms and
+//! attention q/k norms) and the gated RMSNorm of the GDR output (plain `w`).
+
+mod rms;
+mod rms_gated;
+
+pub(crate) use rms::rms_norm_op;
+pub use rms::{fused_add_rms_norm, rms_norm};
+pub use rms_gated::rms_norm_gated;
+
+/// `1 / sqrt(mean(x^2) + eps)` of one row in f32 (sum of squares accumulated in f64, the mean
+/// rounded to f32, as torch's f32 `pow(2).mean()` then `rsqrt`).
+pub(crate) fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let ms = (crate::check::dot(x, x) / x.len() as f64) as f32;
+    1.0 / (ms + eps).sqrt()
+}
