@@ -1,8 +1,26 @@
-//! `deltakit` command-line tool. For now: `info` (build and device report). Model commands
-//! (`generate`, `bench`) arrive with the engine (issue 6).
+//! `deltakit` command-line tool: `generate` (text or token ids; streaming, JSONL logprobs),
+//! `bench` (dummy weights at real sizes), `info` (build and device report).
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use deltakit_engine::backend::cpu::Cpu;
+use deltakit_engine::backend::Backend;
+use deltakit_engine::config::ModelConfig;
+use deltakit_engine::generate::{Engine, Event, GenOptions, Request, SamplingParams};
+use deltakit_engine::model::Qwen35;
+use deltakit_engine::paths::bundled_model_dir;
+use deltakit_engine::state::CacheConfig;
+use deltakit_engine::tokenizer::{parse_token_ids, StreamDecoder, Tokenizer};
+use deltakit_engine::weights::{DummyWeights, SafetensorsWeights, WeightSource};
+use deltakit_ref::Elem;
+use half::bf16;
 
 #[derive(Parser)]
 #[command(name = "deltakit", version, about = "Gated DeltaNet / Qwen3.5 kernels and engine")]
@@ -15,15 +33,398 @@ struct Cli {
 enum Command {
     /// Print what this build contains and which devices it can use.
     Info,
+    /// Generate text from prompts (default model: the bundled tiny Qwen3.5).
+    Generate(GenerateArgs),
+    /// Throughput benchmark with dummy weights from a config alone.
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LoadFormat {
+    /// safetensors from the model directory.
+    Auto,
+    /// Seeded random weights of the right shapes (no checkpoint needed).
+    Dummy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Dtype {
+    /// f32 weights and activations (matches HF float32).
+    F32,
+    /// bf16 weights and activations, HF's bf16 rounding emulated.
+    Bf16,
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// Device: `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Activation dtype of the CPU backend.
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dtype,
+    /// Weight source.
+    #[arg(long, value_enum, default_value = "auto")]
+    load_format: LoadFormat,
+    /// Seed of the dummy weights.
+    #[arg(long, default_value_t = 0)]
+    weight_seed: u64,
+    /// KV-cache page size in tokens.
+    #[arg(long, default_value_t = 16)]
+    page_size: usize,
+    /// Most prompt tokens of one sequence per prefill step (longer prompts are chunked).
+    #[arg(long, default_value_t = 2048)]
+    prefill_chunk: usize,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Model directory (config.json, *.safetensors, tokenizer.json). Default: the bundled tiny
+    /// model (tests/fixtures/tiny-causal, or $DELTAKIT_MODEL_DIR).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt text; repeat for a batch.
+    #[arg(long)]
+    prompt: Vec<String>,
+    /// Prompt as comma-separated token ids (instead of text); repeat for a batch.
+    #[arg(long)]
+    token_ids: Vec<String>,
+    /// Tokens to generate per prompt.
+    #[arg(long, default_value_t = 32)]
+    max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Sampling seed (prompt i uses seed + i).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Extra stop token ids (comma-separated), besides the config's eos_token_id.
+    #[arg(long)]
+    stop_token_ids: Option<String>,
+    /// Do not stop at the config's eos_token_id.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Return the top-K log-probabilities of every prompt position and generated token.
+    #[arg(long)]
+    logprobs: Option<usize>,
+    /// JSON lines output (one object per prompt position and generated token).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    common: ModelArgs,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// A model directory with config.json, or a config JSON file.
+    #[arg(long)]
+    config: PathBuf,
+    /// Sequences decoded together.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Prompt tokens per sequence (random ids).
+    #[arg(long, default_value_t = 128)]
+    prompt_len: usize,
+    /// Generated tokens per sequence.
+    #[arg(long, default_value_t = 32)]
+    gen_len: usize,
+    #[command(flatten)]
+    common: ModelArgs,
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Info => info(),
+        Command::Generate(a) => generate(&a),
+        Command::Bench(a) => bench(&a),
     }
 }
 
+/// Check the device string; only the CPU backend exists in this build.
+fn check_device(device: &str) -> Result<()> {
+    match device {
+        "cpu" => Ok(()),
+        d if d == "cuda" || d.starts_with("cuda:") => bail!(
+            "device {d}: the CUDA backend of the engine is not implemented yet (the GPU attention \
+             and GEMM kernels are pending); use --device cpu"
+        ),
+        d => bail!("unknown device {d:?} (expected cpu or cuda:N)"),
+    }
+}
+
+/// Refuse CPU loads whose weights (`elem` bytes each) cannot fit in memory, with a clear message.
+fn check_cpu_memory(cfg: &ModelConfig, elem: usize) -> Result<()> {
+    let bytes = cfg.num_parameters() as u64 * elem as u64;
+    let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    if let Some(kib) = avail_kib {
+        if bytes > kib * 1024 {
+            bail!(
+                "the CPU backend keeps {elem}-byte weights: {:.1} GB for {:.2} B parameters, but \
+                 only {:.1} GB of memory is available",
+                bytes as f64 / 1e9,
+                cfg.num_parameters() as f64 / 1e9,
+                (kib * 1024) as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Load a model onto the CPU backend with activation dtype `T`.
+fn load_engine<T: Elem>(
+    dir_or_json: &Path,
+    common: &ModelArgs,
+    cache: impl FnOnce(&ModelConfig) -> CacheConfig,
+) -> Result<Engine<Cpu<T>>> {
+    check_device(&common.device)?;
+    let cfg = ModelConfig::from_path(dir_or_json)?;
+    check_cpu_memory(&cfg, std::mem::size_of::<T>())?;
+    let mut src: Box<dyn WeightSource> = match common.load_format {
+        LoadFormat::Auto => Box::new(
+            SafetensorsWeights::open(dir_or_json)
+                .with_context(|| format!("loading weights from {}", dir_or_json.display()))?,
+        ),
+        LoadFormat::Dummy => Box::new(DummyWeights::new(common.weight_seed)),
+    };
+    let progress = cfg.num_parameters() > 50_000_000;
+    let model = Qwen35::load(&Cpu::<T>::new(), &cfg, src.as_mut(), progress)?;
+    Ok(Engine::new(Cpu::new(), model, cache(&cfg))?)
+}
+
+fn cache_for(cfg: &ModelConfig, seqs: usize, max_len: usize, page_size: usize) -> CacheConfig {
+    let max_context = max_len.min(cfg.max_position_embeddings).max(1);
+    CacheConfig::for_sequences(seqs.max(1), max_context, page_size.max(1))
+}
+
+#[allow(clippy::too_many_lines)]
+fn generate(a: &GenerateArgs) -> Result<()> {
+    let dir = match &a.model {
+        Some(d) => d.clone(),
+        None => bundled_model_dir()?,
+    };
+    if !dir.exists() {
+        bail!("--model {}: no such file or directory", dir.display());
+    }
+    let tok_path = if dir.is_dir() {
+        dir.join("tokenizer.json")
+    } else {
+        dir.with_file_name("tokenizer.json")
+    };
+    let tok = if tok_path.is_file() { Some(Tokenizer::from_path(&tok_path)?) } else { None };
+    let mut prompts: Vec<(String, Vec<u32>)> = Vec::new();
+    for p in &a.prompt {
+        let t = tok.as_ref().with_context(|| {
+            format!("--prompt needs {} (or use --token-ids)", tok_path.display())
+        })?;
+        prompts.push((p.clone(), t.encode(p)?));
+    }
+    for s in &a.token_ids {
+        let ids = parse_token_ids(s)?;
+        let text = tok.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
+        prompts.push((text, ids));
+    }
+    if prompts.is_empty() {
+        bail!("give a prompt: --prompt TEXT or --token-ids 1,2,3");
+    }
+    if a.logprobs.is_some() && !a.json {
+        bail!("--logprobs K prints JSON lines: add --json");
+    }
+    let longest = prompts.iter().map(|p| p.1.len()).max().unwrap_or(0);
+    let t_load = Instant::now();
+    let cache = |cfg: &ModelConfig| {
+        cache_for(cfg, prompts.len(), longest + a.max_tokens, a.common.page_size)
+    };
+    match a.common.dtype {
+        Dtype::F32 => {
+            let engine = load_engine::<f32>(&dir, &a.common, cache)?;
+            run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
+        }
+        Dtype::Bf16 => {
+            let engine = load_engine::<bf16>(&dir, &a.common, cache)?;
+            run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
+        }
+    }
+}
+
+/// The backend-generic part of `generate`: requests, streaming / JSONL output, timing.
+#[allow(clippy::too_many_lines)]
+fn run_generate<B: Backend>(
+    a: &GenerateArgs,
+    dir: &Path,
+    tok: Option<&Tokenizer>,
+    prompts: &[(String, Vec<u32>)],
+    mut engine: Engine<B>,
+    t_load: Instant,
+) -> Result<()> {
+    let load_s = t_load.elapsed().as_secs_f64();
+    let cfg = engine.model().config().clone();
+    let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
+    if let Some(s) = &a.stop_token_ids {
+        stop.extend(parse_token_ids(s)?);
+    }
+    let requests: Vec<Request> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ids))| Request {
+            prompt: ids.clone(),
+            params: SamplingParams {
+                temperature: a.temperature,
+                top_p: a.top_p,
+                seed: a.seed.wrapping_add(i as u64),
+                max_tokens: a.max_tokens,
+                stop_tokens: stop.clone(),
+                logprobs: a.logprobs.or(if a.json { Some(1) } else { None }),
+                prompt_logprobs: a.json,
+            },
+        })
+        .collect();
+    for (_, ids) in prompts {
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            bail!("token id {bad} is outside the vocabulary (size {})", cfg.vocab_size);
+        }
+    }
+    let stream = !a.json && prompts.len() == 1;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if stream {
+        write!(out, "{}", prompts[0].0)?;
+        out.flush()?;
+    }
+    let mut decoders = vec![StreamDecoder::new(); prompts.len()];
+    let mut io_err: Option<std::io::Error> = None;
+    let piece = |id: u32| tok.and_then(|t| t.decode(&[id]).ok()).unwrap_or_default();
+    let topk_json = |v: &[(u32, f32)]| -> serde_json::Value {
+        v.iter().map(|(i, l)| serde_json::json!({"id": i, "logprob": l})).collect()
+    };
+    let mut on_event = |ev: Event| {
+        let res = match &ev {
+            Event::Prompt { req, pos, token, topk } if a.json => writeln!(
+                out,
+                "{}",
+                serde_json::json!({"request": req, "kind": "prompt", "pos": pos, "token": token,
+                    "text": piece(*token), "top_logprobs": topk_json(topk)})
+            ),
+            Event::Token { req, index, token, logprob, topk } if a.json => writeln!(
+                out,
+                "{}",
+                serde_json::json!({"request": req, "kind": "token", "index": index,
+                    "token": token, "text": piece(*token), "logprob": logprob,
+                    "top_logprobs": topk.as_deref().map(topk_json)})
+            ),
+            Event::Token { req, token, .. } if stream => {
+                let text = tok
+                    .and_then(|t| decoders[*req].push(t, *token).ok())
+                    .unwrap_or_else(|| format!(" {token}"));
+                write!(out, "{text}").and_then(|()| out.flush())
+            }
+            Event::Finished { req, reason } if a.json => writeln!(
+                out,
+                "{}",
+                serde_json::json!({"request": req, "kind": "finished", "reason": format!("{reason:?}")})
+            ),
+            _ => Ok(()),
+        };
+        if let Err(e) = res {
+            io_err.get_or_insert(e);
+        }
+    };
+    let opts = GenOptions { prefill_chunk: a.common.prefill_chunk, ..GenOptions::default() };
+    let (completions, stats) = engine.generate(&requests, opts, &mut on_event)?;
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    if stream {
+        if let Some(t) = tok {
+            write!(out, "{}", decoders[0].finish(t)?)?;
+        }
+        writeln!(out)?;
+    } else if !a.json {
+        for (i, c) in completions.iter().enumerate() {
+            let text = match tok {
+                Some(t) => t.decode(&c.tokens)?,
+                None => format!("{:?}", c.tokens),
+            };
+            writeln!(out, "[{i}] {}{text}", prompts[i].0)?;
+        }
+    }
+    eprintln!(
+        "model {} ({} layers, {:.2} M params) on {} | load {load_s:.2}s",
+        dir.display(),
+        cfg.num_layers,
+        cfg.num_parameters() as f64 / 1e6,
+        engine.backend_name()
+    );
+    eprintln!("{}", stats.summary());
+    Ok(())
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
+    if a.common.load_format != LoadFormat::Dummy {
+        bail!("bench runs with --load-format dummy (weights from the config alone)");
+    }
+    if a.batch == 0 || a.prompt_len == 0 || a.gen_len == 0 {
+        bail!("--batch, --prompt-len and --gen-len must be > 0");
+    }
+    let t_load = Instant::now();
+    let cache =
+        |cfg: &ModelConfig| cache_for(cfg, a.batch, a.prompt_len + a.gen_len, a.common.page_size);
+    match a.common.dtype {
+        Dtype::F32 => run_bench(a, load_engine::<f32>(&a.config, &a.common, cache)?, t_load),
+        Dtype::Bf16 => run_bench(a, load_engine::<bf16>(&a.config, &a.common, cache)?, t_load),
+    }
+}
+
+/// The backend-generic part of `bench`.
+fn run_bench<B: Backend>(a: &BenchArgs, mut engine: Engine<B>, t_load: Instant) -> Result<()> {
+    let load_s = t_load.elapsed().as_secs_f64();
+    let cfg = engine.model().config().clone();
+    let mut rng = StdRng::seed_from_u64(a.common.weight_seed ^ 0x5eed);
+    let requests: Vec<Request> = (0..a.batch)
+        .map(|i| Request {
+            prompt: (0..a.prompt_len).map(|_| rng.gen_range(0..cfg.vocab_size as u32)).collect(),
+            params: SamplingParams {
+                max_tokens: a.gen_len,
+                seed: i as u64,
+                ..SamplingParams::default()
+            },
+        })
+        .collect();
+    let opts = GenOptions { prefill_chunk: a.common.prefill_chunk, ..GenOptions::default() };
+    let (_, stats) = engine.generate(&requests, opts, &mut |_| {})?;
+    println!(
+        "bench {} | {:.3} B params, {} layers | device {} | batch {} prompt {} gen {} | load {load_s:.2}s",
+        a.config.display(),
+        cfg.num_parameters() as f64 / 1e9,
+        cfg.num_layers,
+        engine.backend_name(),
+        a.batch,
+        a.prompt_len,
+        a.gen_len
+    );
+    println!(
+        "prefill: {:.1} tok/s ({} tok, {:.3}s) | decode: {:.1} tok/s, {:.3} ms/step ({} steps) | ttft {:.1} ms",
+        stats.prefill_tok_s(),
+        stats.prefill_tokens,
+        stats.prefill_time.as_secs_f64(),
+        stats.decode_tok_s(),
+        stats.decode_step_latency().as_secs_f64() * 1e3,
+        stats.decode_steps,
+        stats.mean_ttft.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+// Fallible only with feature `cuda` (device queries).
+#[cfg_attr(not(feature = "cuda"), allow(clippy::unnecessary_wraps))]
 fn info() -> Result<()> {
     println!("deltakit {}", env!("CARGO_PKG_VERSION"));
     println!("cpu reference backend: yes (deltakit-ref)");
@@ -41,10 +442,15 @@ fn info() -> Result<()> {
     }
     #[cfg(not(feature = "cuda"))]
     println!("cuda backend: not built (rebuild with `--features cuda`)");
+    println!("engine: Qwen3.5 dense (GDN + gated attention), backends: cpu (cuda pending)");
+    match bundled_model_dir() {
+        Ok(d) => println!("bundled model: {}", d.display()),
+        Err(_) => println!("bundled model: not found from here"),
+    }
     // Prove the CPU path end to end on a tiny op.
-    let (a, b) = ([1.0f32, 2.0, 3.0], [0.5f32, 0.25, 0.125]);
+    let (x, y) = ([1.0f32, 2.0, 3.0], [0.5f32, 0.25, 0.125]);
     let mut out = [0.0f32; 3];
-    deltakit_ref::smoke::vadd_f32(&a, &b, &mut out);
+    deltakit_ref::smoke::vadd_f32(&x, &y, &mut out);
     println!("cpu smoke.vadd([1,2,3],[0.5,0.25,0.125]) = {out:?}");
     Ok(())
 }

@@ -1,0 +1,272 @@
+//! The backend trait: the model's ops on backend-owned tensors.
+//!
+//! The Qwen3.5 model ([`crate::model::Qwen35`]) is written once over [`Backend`]. A backend owns
+//! its tensors (weights and activations), the per-layer state pools (GDN recurrent + conv state)
+//! and the paged KV caches; the engine owns the bookkeeping (which sequence has which slot and
+//! pages, see [`crate::state`]) and passes it down as a [`StepBatch`] of plain host arrays —
+//! exactly what a GPU backend copies into its static device buffers.
+//!
+//! Granularity: one method per model op (embedding, linear, RMSNorm, fused add + RMSNorm,
+//! SwiGLU, the whole GDN token mixer after its projections, the whole attention core after its
+//! projections, row gather for the LM head). The CPU backend ([`cpu::CpuBackend`]) runs
+//! `deltakit-ref`; a CUDA backend implements the same trait with deltakit kernels + cuBLASLt.
+
+pub mod cpu;
+
+use crate::error::Result;
+use crate::weights::HostTensor;
+
+/// Dims of a GDN layer (HF `Qwen3_5GatedDeltaNet`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdnDims {
+    /// Key/query heads `H_k`.
+    pub h_k: usize,
+    /// Value heads `H_v` (a multiple of `H_k`).
+    pub h_v: usize,
+    /// Key head dim `K`.
+    pub k: usize,
+    /// Value head dim `V`.
+    pub v: usize,
+    /// Conv kernel width `W`.
+    pub conv_kernel: usize,
+    /// Gated-RMSNorm epsilon.
+    pub eps: f32,
+}
+
+impl GdnDims {
+    /// Conv channels `2 H_k K + H_v V` (order `q | k | v`).
+    #[must_use]
+    pub fn conv_dim(&self) -> usize {
+        2 * self.h_k * self.k + self.h_v * self.v
+    }
+}
+
+/// Dims of a gated full-attention layer (HF `Qwen3_5Attention`) and its paged KV cache.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnDims {
+    /// Query heads `H_q`.
+    pub n_q_heads: usize,
+    /// KV heads `H_kv`.
+    pub n_kv_heads: usize,
+    /// Head dim `hd`.
+    pub head_dim: usize,
+    /// Rotated leading dims of each head (partial NeoX RoPE).
+    pub rotary_dim: usize,
+    /// `rope_theta`.
+    pub rope_theta: f32,
+    /// q/k RMSNorm epsilon.
+    pub eps: f32,
+    /// Tokens per KV-cache page.
+    pub page_size: usize,
+}
+
+/// Whether a step runs prefill kernels (varlen, any tokens per sequence) or decode kernels
+/// (exactly one token per row, continuing a sequence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// Varlen prefill (chunked GDR, conv over the sequence, causal attention with prior context).
+    Prefill,
+    /// One token per row (recurrent GDR step, conv update, paged decode attention).
+    Decode,
+}
+
+/// One forward step's batch description, on the host: a varlen batch of `N` sequences over `T`
+/// new tokens (decode: `T = N`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepBatch {
+    /// Prefill or decode kernels.
+    pub kind: StepKind,
+    /// `i32 [N+1]` cumulative new-token counts.
+    pub cu_seqlens: Vec<i32>,
+    /// `i32 [N]` GDN state slot of each sequence.
+    pub slots: Vec<i32>,
+    /// `i32 [N]` tokens of each sequence already in its caches / state before this step.
+    pub ctx_lens: Vec<i32>,
+    /// `i64 [T]` absolute position of every new token.
+    pub positions: Vec<i64>,
+    /// `i32 [N, max_pages]` KV pages of each sequence (unused entries -1).
+    pub page_table: Vec<i32>,
+    /// Row length of `page_table`.
+    pub max_pages: usize,
+}
+
+impl StepBatch {
+    /// Number of sequences `N`.
+    #[must_use]
+    pub fn num_seqs(&self) -> usize {
+        self.slots.len()
+    }
+    /// Number of new tokens `T`.
+    #[must_use]
+    pub fn num_tokens(&self) -> usize {
+        self.positions.len()
+    }
+}
+
+/// Weights of a GDN token mixer that the backend's [`Backend::gdn_mix`] consumes (the four
+/// input projections and `out_proj` are applied by the model through [`Backend::linear`]).
+#[derive(Debug)]
+pub struct GdnMixWeights<T> {
+    /// `conv1d.weight` `[conv_dim, W]`.
+    pub conv_w: T,
+    /// `A_log` `[H_v]`.
+    pub a_log: T,
+    /// `dt_bias` `[H_v]`.
+    pub dt_bias: T,
+    /// Gated RMSNorm weight `[V]` (plain `w`).
+    pub norm_w: T,
+}
+
+/// Weights of an attention core that [`Backend::attention`] consumes.
+#[derive(Debug)]
+pub struct AttnCoreWeights<T> {
+    /// `q_norm.weight` `[hd]` (zero-centred, `1 + w`).
+    pub q_norm: T,
+    /// `k_norm.weight` `[hd]`.
+    pub k_norm: T,
+}
+
+/// A compute backend: tensors, state pools and the model's ops.
+///
+/// Tensors are 2-D (`[rows, cols]`, row-major) from the model's point of view; a 1-D weight is
+/// `[1, n]`. Every op allocates its output (a GPU backend uses a caching allocator) and returns
+/// [`crate::EngineError::Backend`] on a shape mismatch instead of panicking.
+pub trait Backend {
+    /// A tensor owned by the backend (weights and activations).
+    type Tensor;
+    /// One GDN layer's state pools: recurrent `[slots, H_v, K, V]` (f32) and conv
+    /// `[slots, conv_dim, W-1]`.
+    type GdnState;
+    /// One attention layer's paged KV cache: K and V, each `[pages, page_size, H_kv, hd]`.
+    type KvCache;
+
+    /// Short backend name (`"cpu"`, `"cuda:0"`).
+    fn name(&self) -> String;
+
+    /// Copy a host tensor to the backend as `[rows, cols]` (`rows` = product of all dims but
+    /// the last; a 1-D tensor is one row). The backend may convert (e.g. to bf16 on a GPU).
+    ///
+    /// # Errors
+    /// On allocation failure.
+    fn upload(&self, t: &HostTensor) -> Result<Self::Tensor>;
+
+    /// Copy a tensor back to the host as f32, row-major.
+    ///
+    /// # Errors
+    /// On a device error.
+    fn to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
+
+    /// `[rows, cols]` of a tensor.
+    fn shape(&self, t: &Self::Tensor) -> (usize, usize);
+
+    /// Allocate one GDN layer's state pools for `num_slots` sequences, zeroed.
+    ///
+    /// # Errors
+    /// On allocation failure.
+    fn new_gdn_state(&self, dims: GdnDims, num_slots: usize) -> Result<Self::GdnState>;
+
+    /// Zero slot `slot` of a GDN state (a new sequence starts from zero state).
+    ///
+    /// # Errors
+    /// If `slot` is out of range.
+    fn reset_gdn_slot(&self, state: &mut Self::GdnState, slot: usize) -> Result<()>;
+
+    /// Allocate one attention layer's KV cache of `num_pages` pages.
+    ///
+    /// # Errors
+    /// On allocation failure.
+    fn new_kv_cache(&self, dims: AttnDims, num_pages: usize) -> Result<Self::KvCache>;
+
+    /// Embedding gather (HF `embed_tokens`): `out[t] = table[ids[t]]`, `[T, D]`.
+    ///
+    /// # Errors
+    /// For an id outside the table.
+    fn embedding(&self, ids: &[u32], table: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// `x W^T` (HF `nn.Linear` without bias): `x` `[M, K]`, `w` `[N, K]` -> `[M, N]`.
+    ///
+    /// # Errors
+    /// On a shape mismatch.
+    fn linear(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// Zero-centred RMSNorm (HF `Qwen3_5RMSNorm`): `x * rsqrt(mean(x^2) + eps) * (1 + w)`.
+    ///
+    /// # Errors
+    /// On a shape mismatch.
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
+
+    /// Residual add then RMSNorm: `residual += x`; returns `rms_norm(residual)` (the decoder
+    /// layer's `residual + hidden_states` followed by the next norm).
+    ///
+    /// # Errors
+    /// On a shape mismatch.
+    fn add_rms_norm(
+        &self,
+        x: &Self::Tensor,
+        residual: &mut Self::Tensor,
+        w: &Self::Tensor,
+        eps: f32,
+    ) -> Result<Self::Tensor>;
+
+    /// SwiGLU on a merged `[gate | up]` projection: `[T, 2I]` -> `silu(gate) * up` `[T, I]`
+    /// (HF `Qwen3_5MLP`).
+    ///
+    /// # Errors
+    /// On a shape mismatch.
+    fn silu_and_mul(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// The GDN token mixer between the input projections and `out_proj`
+    /// (HF `Qwen3_5GatedDeltaNet.forward`): causal conv1d + SiLU over `qkv` (`[T, conv_dim]`,
+    /// carrying each sequence's conv state), split into `q | k | v`, gating
+    /// `g = -exp(A_log) softplus(a + dt_bias)`, `beta = sigmoid(b)` (`a`, `b` `[T, H_v]`), the gated
+    /// delta rule with L2-normalised q/k (carrying the recurrent state in the sequence's slot),
+    /// then the gated RMSNorm per value head with `z` (`[T, H_v V]`). Returns `[T, H_v V]`.
+    ///
+    /// # Errors
+    /// On a shape mismatch or bad slot.
+    #[allow(clippy::too_many_arguments)]
+    fn gdn_mix(
+        &self,
+        qkv: &Self::Tensor,
+        z: &Self::Tensor,
+        b: &Self::Tensor,
+        a: &Self::Tensor,
+        w: &GdnMixWeights<Self::Tensor>,
+        dims: GdnDims,
+        batch: &StepBatch,
+        state: &mut Self::GdnState,
+    ) -> Result<Self::Tensor>;
+
+    /// The gated attention core between the projections and `o_proj` (HF
+    /// `Qwen3_5Attention.forward`): split `q_proj` (`[T, H_q * 2hd]`, per-head `[q | gate]`),
+    /// q/k RMSNorm, partial NeoX RoPE at `batch.positions`, write k/v (`[T, H_kv hd]`) into the
+    /// paged cache, causal GQA attention over each sequence's context, `* sigmoid(gate)`.
+    /// Returns `[T, H_q hd]`.
+    ///
+    /// # Errors
+    /// On a shape mismatch or bad page table.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q_proj: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        w: &AttnCoreWeights<Self::Tensor>,
+        dims: AttnDims,
+        batch: &StepBatch,
+        cache: &mut Self::KvCache,
+    ) -> Result<Self::Tensor>;
+
+    /// Gather rows: `out[i] = x[rows[i]]`.
+    ///
+    /// # Errors
+    /// For a row out of range.
+    fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+
+    /// Concatenate weights along rows (`[a_rows + b_rows, cols]`), used at load time to merge
+    /// projections that share an input (MLP `gate | up`).
+    ///
+    /// # Errors
+    /// If the column counts differ.
+    fn concat_rows(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
+}

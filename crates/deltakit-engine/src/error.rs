@@ -1,0 +1,54 @@
+//! The engine's error type.
+
+use std::path::PathBuf;
+
+/// Error of every engine operation: config, weights, tokenizer, state pools, model, generation.
+///
+/// Messages name the offending file, config field, tensor or sequence so a user can act on them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// A file could not be read (or mapped).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// `config.json` is malformed, has an unknown field, or describes an unsupported model.
+    #[error("config: {0}")]
+    Config(String),
+    /// A checkpoint tensor is missing, mis-shaped, or of an unsupported dtype.
+    #[error("weights: {0}")]
+    Weights(String),
+    /// The tokenizer could not be loaded or failed to encode / decode.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A request is invalid: bad token id, empty prompt, prompt past the context limit, ...
+    #[error("request: {0}")]
+    Request(String),
+    /// The state pools (recurrent/conv slots or KV pages) are exhausted.
+    #[error("capacity: {0}")]
+    Capacity(String),
+    /// A backend op failed (shape mismatch inside the model: a bug, or an unsupported config).
+    #[error("backend {backend}: {msg}")]
+    Backend {
+        /// Backend name (`cpu`, `cuda`).
+        backend: &'static str,
+        /// What failed.
+        msg: String,
+    },
+    /// The requested device or backend is not available in this build / on this machine.
+    #[error("device: {0}")]
+    Device(String),
+}
+
+/// Result alias of the engine.
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+impl From<deltakit_ref::RefError> for EngineError {
+    fn from(e: deltakit_ref::RefError) -> Self {
+        EngineError::Backend { backend: "cpu", msg: e.to_string() }
+    }
+}
