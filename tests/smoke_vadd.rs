@@ -11,7 +11,7 @@ fn run_case(ctx: &std::sync::Arc<deltakit::cudarc::driver::CudaContext>, case: u
     let a = common::randn_f32(&mut rng, n);
     let b = common::randn_f32(&mut rng, n);
     let mut expect = vec![0.0; n];
-    deltakit_ref::smoke::vadd_f32(&a, &b, &mut expect);
+    deltakit_ref::smoke::vadd_f32(&a, &b, &mut expect).unwrap();
     let da = stream.clone_htod(&a).unwrap();
     let db = stream.clone_htod(&b).unwrap();
     let mut out = stream.clone_htod(&vec![f32::NAN; n]).unwrap(); // poisoned

@@ -1,6 +1,7 @@
 """Ahead-of-time compiler for deltakit's Triton kernels (run by build.rs; needs no GPU).
 
-Reads triton_aot/manifest.toml, compiles each specialization to a cubin for every requested arch
+Reads every manifest.toml under triton_aot/ (the top-level one and one per kernel family, e.g.
+triton_aot/attn/manifest.toml), compiles each specialization to a cubin for every requested arch
 with triton.compile(ASTSource(...), target=GPUTarget("cuda", sm, 32)), and writes to --out:
 
   dk_triton.h              prototypes of every launcher (read by bindgen beside deltakit.h)
@@ -145,17 +146,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--archs", default="90a")
-    ap.add_argument("--manifest", default=str(HERE / "manifest.toml"))
+    ap.add_argument("--manifest", action="append",
+                    help="manifest file(s); default: every manifest.toml under triton_aot/")
     args = ap.parse_args()
     out = Path(args.out)
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     archs = [parse_arch(a) for a in args.archs.split(";") if a.strip()]
-    manifest = tomllib.loads(Path(args.manifest).read_text())
-    entries = manifest.get("kernel", [])
+    paths = [Path(m) for m in args.manifest] if args.manifest else sorted(HERE.rglob("manifest.toml"))
+    entries = []
+    for path in paths:
+        entries += tomllib.loads(path.read_text()).get("kernel", [])
     names = [e["name"] for e in entries]
-    if len(set(names)) != len(names):
-        raise SystemExit("aot.py: duplicate kernel names in the manifest")
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise SystemExit(f"aot.py: duplicate kernel names across manifests: {dups}")
     protos, c_files = [], []
     for entry in entries:
         fn, path = load_kernel(entry["module"], entry["function"])

@@ -34,6 +34,11 @@ typedef enum dk_status {
 int dk_last_cuda_error(void);
 
 #include "smoke.h"
+#include "gdr.h"
+#include "conv1d.h"
+#include "norm.h"
+#include "mlp.h"
+#include "attn.h"
 
 #ifdef __cplusplus
 }

@@ -450,7 +450,7 @@ fn info() -> Result<()> {
     // Prove the CPU path end to end on a tiny op.
     let (x, y) = ([1.0f32, 2.0, 3.0], [0.5f32, 0.25, 0.125]);
     let mut out = [0.0f32; 3];
-    deltakit_ref::smoke::vadd_f32(&x, &y, &mut out);
+    deltakit_ref::smoke::vadd_f32(&x, &y, &mut out)?;
     println!("cpu smoke.vadd([1,2,3],[0.5,0.25,0.125]) = {out:?}");
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! CPU reference kernels for deltakit: the oracle every GPU kernel is tested against.
 //!
 //! Pure safe Rust on host slices. Semantics follow HF transformers' Qwen3.5 / Qwen3-Next modeling
-//! code; layouts follow `DESIGN.md` (token-major `[T, features]`, state pool `[slots, H_v, K, V]`).
+//! code; layouts follow the project's design contract (token-major `[T, features]`, state pool `[slots, H_v, K, V]`).
 //!
 //! # Conventions shared by every op
 //! - One module per op family, one function per op id `<family>.<op>` (e.g. `gdr.chunk_prefill` is

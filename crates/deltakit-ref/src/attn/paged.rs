@@ -45,7 +45,8 @@ impl PageTable<'_> {
     /// Validate the table shape for `n` sequences.
     pub(crate) fn validate(&self, op: &'static str, n: usize) -> Result<()> {
         check::nonzero(op, "page_table.max_pages", self.max_pages)?;
-        check::len(op, "page_table.table", self.table.len(), n * self.max_pages)
+        let need = check::prod(op, "page_table.max_pages", &[n, self.max_pages])?;
+        check::len(op, "page_table.table", self.table.len(), need)
     }
     /// Check that sequence `i` has valid pages for positions `0..tokens`.
     pub(crate) fn check_seq(

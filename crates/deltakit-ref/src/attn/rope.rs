@@ -21,6 +21,12 @@ pub struct RopeParams {
 /// HF's bf16 `q * cos + rotate_half(q) * sin`; exact f32 math for `T = f32`). Dims
 /// `>= rotary_dim` are untouched (bit-identical). Apply to q and k separately.
 ///
+/// Deviations from HF, both documented and deliberate: `inv_freq` is computed in f64 and rounded
+/// once (HF's f32 `base ** (arange / dim)` can differ by 1 ulp, which moves the angle by up to
+/// ~1e-2 rad near position 2^18); and the interleaved MRoPE of `Qwen3_5TextRotaryEmbedding`
+/// (`mrope_section`) equals this plain RoPE only when the three position axes are equal, i.e. for
+/// text-only input, which is what the engine feeds.
+///
 /// Shapes: `x`: `[T, H, hd]`; `positions`: `[T]` (absolute token positions, `0 <= pos < 2^24` so
 /// that `f32(pos)` is exact).
 ///

@@ -202,13 +202,7 @@ pub fn chunk_prefill<T: Elem>(
     }
     let (t, num_slots) = validate_io(OP, inp, dims, state.len(), out.len())?;
     let seqs = varlen.validate(OP, t, num_slots)?;
-    if let Some((i, &g)) = inp.g.iter().enumerate().find(|(_, g)| !(g.is_finite() && **g <= 0.0)) {
-        return Err(RefError::Invalid {
-            op: OP,
-            what: "g",
-            msg: format!("log-decay must be finite and <= 0, got g[{i}] = {g}"),
-        });
-    }
+    super::check_g_and_opts(OP, inp.g, &seqs, dims.h_v, opts)?;
     let (q, k) = prepare_qk(inp, dims, opts);
     run(&seqs, &q, &k, inp, dims, chunk_size, state, out);
     Ok(())

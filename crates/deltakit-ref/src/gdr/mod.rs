@@ -76,6 +76,41 @@ pub struct GdrInputs<'a, T> {
     pub beta: &'a [f32],
 }
 
+/// `g` must be finite and `<= 0` on every token of a live sequence (padding sequences' tokens are
+/// never read, so they are not checked); `opts.scale` must be finite. Shared by every GDR op so
+/// they accept and reject the same inputs.
+fn check_g_and_opts(
+    op: &'static str,
+    g: &[f32],
+    seqs: &[crate::varlen::Seq],
+    h_v: usize,
+    opts: GdrOptions,
+) -> Result<()> {
+    if let Some(s) = opts.scale.filter(|s| !s.is_finite()) {
+        return Err(crate::RefError::Invalid {
+            op,
+            what: "opts.scale",
+            msg: format!("must be finite, got {s}"),
+        });
+    }
+    for seq in seqs.iter().filter(|s| s.slot.is_some()) {
+        let range = seq.start * h_v..(seq.start + seq.len) * h_v;
+        if let Some((i, &gi)) =
+            g[range.clone()].iter().enumerate().find(|(_, g)| !(g.is_finite() && **g <= 0.0))
+        {
+            return Err(crate::RefError::Invalid {
+                op,
+                what: "g",
+                msg: format!(
+                    "log-decay must be finite and <= 0, got g[{}] = {gi}",
+                    range.start + i
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Validate dims and input lengths; return the token count `T` and the slot count of `state`.
 fn validate_io<T: Elem>(
     op: &'static str,

@@ -121,7 +121,8 @@ fn run<T: Elem>(
 /// # Errors
 /// [`crate::RefError::Shape`] on any length / dim mismatch (including `H_v % H_k != 0` and a state
 /// pool that is not a whole number of slots); [`crate::RefError::Invalid`] for bad `cu_seqlens` or
-/// slots. Nothing is written on error.
+/// slots, a `g` of a live sequence that is positive or not finite, or a non-finite `opts.scale`.
+/// Nothing is written on error.
 pub fn recurrent_prefill<T: Elem>(
     inp: &GdrInputs<'_, T>,
     dims: GdrDims,
@@ -133,6 +134,7 @@ pub fn recurrent_prefill<T: Elem>(
     const OP: &str = "gdr.recurrent_prefill";
     let (t, num_slots) = validate_io(OP, inp, dims, state.len(), out.len())?;
     let seqs = varlen.validate(OP, t, num_slots)?;
+    super::check_g_and_opts(OP, inp.g, &seqs, dims.h_v, opts)?;
     let (q, k) = prepare_qk(inp, dims, opts);
     run(&seqs, &q, &k, inp, dims, state, out);
     Ok(())
@@ -164,6 +166,7 @@ pub fn decode<T: Elem>(
         .enumerate()
         .map(|(i, slot)| Seq { start: i, len: 1, slot, init: true })
         .collect();
+    super::check_g_and_opts(OP, inp.g, &seqs, dims.h_v, opts)?;
     let (q, k) = prepare_qk(inp, dims, opts);
     run(&seqs, &q, &k, inp, dims, state, out);
     Ok(())

@@ -8,6 +8,19 @@ pub(crate) use rms::rms_norm_op;
 pub use rms::{fused_add_rms_norm, rms_norm};
 pub use rms_gated::rms_norm_gated;
 
+/// `eps` must be finite and `>= 0` (a negative one can make `mean(x^2) + eps` negative: NaN).
+pub(crate) fn check_eps(op: &'static str, eps: f32) -> crate::Result<()> {
+    if eps.is_finite() && eps >= 0.0 {
+        Ok(())
+    } else {
+        Err(crate::RefError::Invalid {
+            op,
+            what: "eps",
+            msg: format!("must be finite and >= 0, got {eps}"),
+        })
+    }
+}
+
 /// `1 / sqrt(mean(x^2) + eps)` of one row in f32 (sum of squares accumulated in f64, the mean
 /// rounded to f32, as torch's f32 `pow(2).mean()` then `rsqrt`).
 pub(crate) fn inv_rms(x: &[f32], eps: f32) -> f32 {

@@ -2,7 +2,8 @@
 
 use crate::{check, Elem, Result};
 
-fn validate(op: &'static str, x: usize, w: usize, out: usize) -> Result<()> {
+fn validate(op: &'static str, x: usize, w: usize, out: usize, eps: f32) -> Result<()> {
+    super::check_eps(op, eps)?;
     check::rows(op, "x", x, w)?;
     check::len(op, "out", out, x)
 }
@@ -38,7 +39,7 @@ pub(crate) fn rms_norm_op<T: Elem>(
     eps: f32,
     out: &mut [T],
 ) -> Result<()> {
-    validate(op, x.len(), w.len(), out.len())?;
+    validate(op, x.len(), w.len(), out.len(), eps)?;
     let xf: Vec<f32> = x.iter().map(|e| e.to_f32()).collect();
     norm_rows(&xf, w, eps, out);
     Ok(())
@@ -61,7 +62,7 @@ pub fn fused_add_rms_norm<T: Elem>(
     out: &mut [T],
 ) -> Result<()> {
     const OP: &str = "norm.fused_add_rms";
-    validate(OP, x.len(), w.len(), out.len())?;
+    validate(OP, x.len(), w.len(), out.len(), eps)?;
     check::len(OP, "residual", residual.len(), x.len())?;
     for (r, &xi) in residual.iter_mut().zip(x) {
         *r = T::from_f32(r.to_f32() + xi.to_f32());

@@ -16,6 +16,7 @@ use crate::{check, Elem, Result};
 pub fn rms_norm_gated<T: Elem>(x: &[T], z: &[T], w: &[T], eps: f32, out: &mut [T]) -> Result<()> {
     const OP: &str = "norm.rms_gated";
     let v = w.len();
+    super::check_eps(OP, eps)?;
     check::rows(OP, "x", x.len(), v)?;
     check::len(OP, "z", z.len(), x.len())?;
     check::len(OP, "out", out.len(), x.len())?;

@@ -1,0 +1,79 @@
+//! Regressions from review: inputs that once panicked or were accepted inconsistently.
+#![allow(clippy::float_cmp)] // "nothing written" is an exact, bitwise property
+
+use deltakit_ref::attn::{write_kv, KvDims, PageTable};
+use deltakit_ref::gdr::{chunk_prefill, decode, recurrent_prefill, GdrDims, GdrInputs, GdrOptions};
+use deltakit_ref::norm::{rms_norm, rms_norm_gated};
+use deltakit_ref::RefError;
+use deltakit_ref::Varlen;
+
+#[test]
+fn page_table_with_overflowing_max_pages_is_an_error_not_a_panic() {
+    let (k, v) = (vec![1.0f32; 3 * 2], vec![1.0f32; 3 * 2]);
+    let pages = PageTable { table: &[], max_pages: 1 << 63 };
+    let dims = KvDims { page_size: 2, n_kv_heads: 1, head_dim: 2 };
+    let (mut kc, mut vc) = (vec![0.5f32; 8], vec![0.5f32; 8]);
+    let e = write_kv(&k, &v, &[0, 1, 3], &[0, 0], pages, dims, &mut kc, &mut vc).unwrap_err();
+    assert!(matches!(e, RefError::Invalid { what: "page_table.max_pages", .. }), "{e}");
+    assert!(kc.iter().chain(&vc).all(|&x| x == 0.5), "written on error");
+}
+
+fn gdr_case(g: &[f32], slots: &[i32]) -> [Result<(), RefError>; 3] {
+    let d = GdrDims { h_k: 1, h_v: 1, k: 2, v: 2 };
+    let t = g.len();
+    let (q, k, v) = (vec![0.5f32; t * 2], vec![0.25f32; t * 2], vec![0.75f32; t * 2]);
+    let beta = vec![0.5f32; t];
+    let inp = GdrInputs { q: &q, k: &k, v: &v, g, beta: &beta };
+    let cu: Vec<i32> = (0..=t as i32).collect();
+    let mut st = vec![0.125f32; 4 * 4];
+    let mut out = vec![0f32; t * 2];
+    let o = GdrOptions::default();
+    let r1 = recurrent_prefill(&inp, d, Varlen::new(&cu, slots), o, &mut st, &mut out);
+    let r2 = chunk_prefill(&inp, d, Varlen::new(&cu, slots), o, 16, &mut st, &mut out);
+    let r3 = decode(&inp, d, slots, o, &mut st, &mut out);
+    [r1, r2, r3]
+}
+
+#[test]
+fn gdr_paths_agree_on_which_gates_are_valid() {
+    for bad in [0.5f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for (i, r) in gdr_case(&[-0.1, bad], &[0, 1]).into_iter().enumerate() {
+            let e = r.expect_err("a bad gate of a live sequence must be rejected");
+            assert!(matches!(e, RefError::Invalid { what: "g", .. }), "path {i}, g = {bad}: {e}");
+        }
+        // A bad gate of a padding sequence is never read: every path accepts it.
+        for (i, r) in gdr_case(&[-0.1, bad], &[0, -1]).into_iter().enumerate() {
+            assert!(r.is_ok(), "path {i}, padding g = {bad}: {r:?}");
+        }
+    }
+    let scale_nan = GdrOptions { scale: Some(f32::NAN), ..GdrOptions::default() };
+    let d = GdrDims { h_k: 1, h_v: 1, k: 2, v: 2 };
+    let x = [1.0f32, 2.0];
+    let inp = GdrInputs { q: &x, k: &x, v: &x, g: &[-0.5], beta: &[0.5] };
+    let (mut st, mut out) = (vec![0f32; 4], vec![0f32; 2]);
+    let e = decode(&inp, d, &[0], scale_nan, &mut st, &mut out).unwrap_err();
+    assert!(matches!(e, RefError::Invalid { what: "opts.scale", .. }), "{e}");
+}
+
+#[test]
+fn norms_reject_bad_eps() {
+    let (x, w) = (vec![0f32; 4], vec![0.5f32; 4]);
+    let mut out = vec![7f32; 4];
+    for eps in [-1.0f32, f32::NAN, f32::INFINITY] {
+        let e = rms_norm(&x, &w, eps, &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
+        let e = rms_norm_gated(&x, &x, &w, eps, &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
+    }
+    assert!(out.iter().all(|&v| v == 7.0), "written on error");
+}
+
+#[test]
+fn smoke_ops_check_lengths() {
+    let mut y = vec![half::bf16::ONE; 3];
+    let e = deltakit_ref::smoke::axpy_bf16(1.0, &[half::bf16::ONE], &mut y).unwrap_err();
+    assert!(matches!(e, RefError::Shape { what: "y", .. }), "{e}");
+    let mut out = vec![0f32; 2];
+    assert!(deltakit_ref::smoke::vadd_f32(&[1.0, 2.0], &[1.0], &mut out).is_err());
+    assert_eq!(out, vec![0.0, 0.0]);
+}

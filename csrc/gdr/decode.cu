@@ -1,0 +1,350 @@
+// gdr.decode: recurrent gated-delta-rule decode (N rows x T >= 1 tokens), slot-indexed in-place
+// update of the f32 state pool, with the gating (a, b, A_log, dt_bias -> g, beta), the q/k L2 norm
+// and the q scale fused. CPU twin: deltakit_ref::gdr::{gating, decode, recurrent_prefill}; mirrors
+// HF `torch_recurrent_gated_delta_rule` / FLA `fused_recurrent_gated_delta_rule` (decode).
+//
+// Layout: see csrc/include/gdr.h. state f32 [num_slots, H_v, K, V], V contiguous.
+//
+// Thread mapping: one CTA per (row n, value head hv, V tile of BV columns); grid.x enumerates
+// (n, hv, tile) with the tile fastest so neighbouring CTAs stream neighbouring state memory. A CTA
+// has NW warps. A thread owns 4 consecutive V columns (one 16-byte float4 per state row): lane =
+// kq * LV + cg with LV = BV/4 lanes along V and KW = 32/LV lanes along K per warp; its K-thread
+// index is kt = warp * KW + kq (KT = NW * KW of them) and it owns the rows kt + i*KT, i < R = K/KT.
+// So the state tile [K, BV] lives in registers (R float4 per thread), is read from HBM once and
+// written once per call, for any T (the T tokens of a row are processed with the tile resident).
+//
+// Per token, with the identity o = S'^T q = exp(g) (S^T q) + (k.q) delta, both K-reductions
+// (S^T k and S^T q, on the pre-decay state) happen in one pass: per-thread partial sums over its R
+// rows, warp shuffles across the KW lanes sharing columns, then (NW > 1) one smem exchange across
+// warps with one __syncthreads (double-buffered by token parity, so one barrier per token). Each
+// warp computes the token's q/k norms itself with shuffles (K/32 elements per lane) and stages the
+// normalised q, k in a per-warp smem buffer (double-buffered, __syncwarp), so no extra CTA barrier.
+// Gating is computed per thread (two scalars). Slots outside [0, num_slots) (incl. -1) are padding:
+// the CTA writes zero output and touches no state. State loads/stores use the evict-first (.cs)
+// cache policy. Configurations (see launch_kv): T = 1 with >= 512 tiles: BV = 64, NW = 2; else
+// BV = 16, NW = 1. Measured at 27B TP1 (16/48) batch 64/256: 3.78/3.92 TB/s of state traffic.
+#include <cuda_bf16.h>
+
+#include "../common/launch.cuh"
+
+namespace gdr_decode_impl {
+
+struct Args {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  const __nv_bfloat16* a;
+  const __nv_bfloat16* b;
+  const float* a_log;
+  const float* dt_bias;
+  const int32_t* slots;
+  float* state;
+  __nv_bfloat16* out;
+  int64_t n, t, h_k, h_v, num_slots, q_stride, k_stride, v_stride, ab_stride;
+  float scale;
+};
+
+__device__ __forceinline__ float softplus_f(float x) {
+  // torch.nn.functional.softplus(beta=1, threshold=20)
+  return x > 20.f ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float sigmoid_f(float x) {
+  if (x >= 0.f) return 1.f / (1.f + expf(-x));
+  const float e = expf(x);
+  return e / (1.f + e);
+}
+
+// Loads E consecutive bf16 (E in {2, 4}) as f32.
+template <int E>
+__device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&f)[E]) {
+  if constexpr (E == 4) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 x0 = __bfloat1622float2(h[0]);
+    const float2 x1 = __bfloat1622float2(h[1]);
+    f[0] = x0.x; f[1] = x0.y; f[2] = x1.x; f[3] = x1.y;
+  } else {
+    static_assert(E == 2, "E");
+    const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(p);
+    const float2 x0 = __bfloat1622float2(h);
+    f[0] = x0.x; f[1] = x0.y;
+  }
+}
+
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* p, float x0, float x1, float x2, float x3) {
+  uint2 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+  h[0] = __floats2bfloat162_rn(x0, x1);
+  h[1] = __floats2bfloat162_rn(x2, x3);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// State tile accesses. LD: 0 = ld.global.cs (evict-first), 1 = ld.global.L2::256B,
+// 2 = ld.global.cs.L2::256B, 3 = ld.global.L1::no_allocate.L2::256B. ST: 0 = st.global.cs, 1 = st.global.
+template <int LD>
+__device__ __forceinline__ float4 load_state(const float* p) {
+  float4 r;
+  if constexpr (LD == 0) {
+    r = __ldcs(reinterpret_cast<const float4*>(p));
+  } else if constexpr (LD == 1) {
+    asm("ld.global.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+  } else if constexpr (LD == 2) {
+    asm("ld.global.cs.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+  } else {
+    asm("ld.global.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+  }
+  return r;
+}
+
+template <int ST>
+__device__ __forceinline__ void store_state(float* p, float4 v) {
+  if constexpr (ST == 0) {
+    __stcs(reinterpret_cast<float4*>(p), v);
+  } else {
+    *reinterpret_cast<float4*>(p) = v;
+  }
+}
+
+template <int K, int V, int BV, int NW, bool L2, int LD = 0, int ST = 0, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
+  constexpr int LV = BV / 4;   // lanes along V in a warp
+  constexpr int KW = 32 / LV;  // lanes along K in a warp
+  constexpr int KT = NW * KW;  // K-threads per CTA
+  constexpr int R = K / KT;    // state rows per thread
+  constexpr int NVB = V / BV;  // V tiles per head
+  constexpr int EK = K / 32;   // q/k elements per lane for the norms
+  static_assert(BV % 4 == 0 && LV >= 1 && LV <= 32 && 32 % LV == 0, "BV");
+  static_assert(V % BV == 0 && K % KT == 0 && R >= 1, "tile");
+  static_assert(EK == 2 || EK == 4, "K in {64, 128}");
+
+  __shared__ __align__(16) float qk_s[NW][2][2][K];               // [warp][parity][q|k][K]
+  __shared__ __align__(16) float red_s[NW > 1 ? 2 : 1][NW][2][BV];  // [parity][warp][k|q][BV]
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+
+  const int64_t bid = blockIdx.x;
+  const int vb = static_cast<int>(bid % NVB);
+  const int64_t rest = bid / NVB;
+  const int64_t hv = rest % p.h_v;
+  const int64_t n = rest / p.h_v;
+  const int64_t kh = hv / (p.h_v / p.h_k);
+  const int col0 = vb * BV + cg * 4;
+  const int64_t out_row = p.h_v * V;
+
+  const int32_t slot = p.slots[n];
+  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
+    if (kt == 0) {
+      for (int64_t t = 0; t < p.t; ++t) {
+        store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    return;
+  }
+
+  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+  float4 s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
+  }
+
+  const float a_log = p.a_log[hv];
+  const float dt_bias = p.dt_bias[hv];
+  const float neg_a = -expf(a_log);
+
+  for (int64_t t = 0; t < p.t; ++t) {
+    const int64_t tok = n * p.t + t;
+    const int par = static_cast<int>(t & 1);
+    // Gating (f32, as deltakit_ref::gdr::gating).
+    const float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
+    const float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+    const float g = neg_a * softplus_f(av + dt_bias);
+    const float decay = expf(g);
+    const float beta = sigmoid_f(bv);
+
+    // q/k norms of key head kh, computed by each warp with shuffles, staged in its smem slice.
+    float qf[EK], kf[EK];
+    load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+    load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+    for (int e = 0; e < EK; ++e) {
+      ssq = fmaf(qf[e], qf[e], ssq);
+      ssk = fmaf(kf[e], kf[e], ssk);
+      sqk = fmaf(qf[e], kf[e], sqk);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+      sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
+    }
+    float iq = p.scale, ik = 1.f;
+    if constexpr (L2) {
+      iq = p.scale / sqrtf(ssq + 1e-6f);
+      ik = 1.f / sqrtf(ssk + 1e-6f);
+    }
+    const float qk = sqk * iq * ik;  // (normalised, scaled q) . (normalised k)
+    float* qs = qk_s[warp][par][0];
+    float* ks = qk_s[warp][par][1];
+#pragma unroll
+    for (int e = 0; e < EK; ++e) {
+      qs[lane * EK + e] = qf[e] * iq;
+      ks[lane * EK + e] = kf[e] * ik;
+    }
+    float vf[4];
+    load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+    __syncwarp();
+
+    // Partial S^T k and S^T q over this thread's rows (pre-decay state).
+    float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int row = kt + i * KT;
+      const float kk = ks[row], qq = qs[row];
+      pk[0] = fmaf(s[i].x, kk, pk[0]); pk[1] = fmaf(s[i].y, kk, pk[1]);
+      pk[2] = fmaf(s[i].z, kk, pk[2]); pk[3] = fmaf(s[i].w, kk, pk[3]);
+      pq[0] = fmaf(s[i].x, qq, pq[0]); pq[1] = fmaf(s[i].y, qq, pq[1]);
+      pq[2] = fmaf(s[i].z, qq, pq[2]); pq[3] = fmaf(s[i].w, qq, pq[3]);
+    }
+#pragma unroll
+    for (int off = LV; off < 32; off <<= 1) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pk[j] += __shfl_xor_sync(0xffffffffu, pk[j], off);
+        pq[j] += __shfl_xor_sync(0xffffffffu, pq[j], off);
+      }
+    }
+    if constexpr (NW > 1) {
+      const int rp = NW > 1 ? par : 0;
+      if (kq == 0) {
+        *reinterpret_cast<float4*>(&red_s[rp][warp][0][cg * 4]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
+        *reinterpret_cast<float4*>(&red_s[rp][warp][1][cg * 4]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+      }
+      __syncthreads();
+      float4 sk = *reinterpret_cast<const float4*>(&red_s[rp][0][0][cg * 4]);
+      float4 sq = *reinterpret_cast<const float4*>(&red_s[rp][0][1][cg * 4]);
+#pragma unroll
+      for (int w = 1; w < NW; ++w) {
+        const float4 xk = *reinterpret_cast<const float4*>(&red_s[rp][w][0][cg * 4]);
+        const float4 xq = *reinterpret_cast<const float4*>(&red_s[rp][w][1][cg * 4]);
+        sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
+        sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
+      }
+      pk[0] = sk.x; pk[1] = sk.y; pk[2] = sk.z; pk[3] = sk.w;
+      pq[0] = sq.x; pq[1] = sq.y; pq[2] = sq.z; pq[3] = sq.w;
+    }
+
+    float d[4], o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      d[j] = beta * (vf[j] - decay * pk[j]);
+      o[j] = fmaf(decay, pq[j], qk * d[j]);
+    }
+    if (kt == 0) {
+      store_bf16x4(p.out + tok * out_row + hv * V + col0, o[0], o[1], o[2], o[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const float kk = ks[kt + i * KT];
+      s[i].x = fmaf(decay, s[i].x, kk * d[0]);
+      s[i].y = fmaf(decay, s[i].y, kk * d[1]);
+      s[i].z = fmaf(decay, s[i].z, kk * d[2]);
+      s[i].w = fmaf(decay, s[i].w, kk * d[3]);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    store_state<ST>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
+  }
+}
+
+// Launches one (K, V, BV, NW) configuration.
+template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1>
+dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
+  const int64_t blocks = a.n * a.h_v * (V / BV);
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  if (l2) {
+    decode_kernel<K, V, BV, NW, true, LD, ST, MINB><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  } else {
+    decode_kernel<K, V, BV, NW, false, LD, ST, MINB><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  }
+  return dk::launch_status();
+}
+
+// Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
+// (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
+constexpr int64_t kWideTileMinTiles = 512;
+
+// Configuration choice, from the sweep of tools/tune/gdr_decode_tune.cu on an H200 (KERNELS.md):
+// T = 1 with enough tiles: BV = 64, 2 warps (R = K/4 rows per thread, ~250 registers, 4 CTAs/SM,
+// 32 KB of state in flight per CTA); otherwise (small batches, and T > 1 where the per-token
+// chain dominates) BV = 16, 1 warp (no CTA barrier at all).
+template <int K, int V>
+dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
+  if (a.t == 1 && a.n * a.h_v * (V / 64) >= kWideTileMinTiles) return launch_cfg<K, V, 64, 2>(a, l2, stream);
+  return launch_cfg<K, V, 16, 1>(a, l2, stream);
+}
+
+}  // namespace gdr_decode_impl
+
+extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t stream) {
+  using namespace gdr_decode_impl;
+  if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
+  if (p->n < 0 || p->t < 1 || p->h_k < 1 || p->h_v < 1 || p->num_slots < 0) return DK_ERR_INVALID_ARGUMENT;
+  if (p->h_v % p->h_k != 0) return DK_ERR_INVALID_ARGUMENT;
+  const bool k_ok = p->k_dim == 64 || p->k_dim == 128;
+  const bool v_ok = p->v_dim == 64 || p->v_dim == 128;
+  if (!k_ok || !v_ok) return DK_ERR_UNSUPPORTED;
+  if (p->n == 0) return DK_OK;
+  // Vector accesses: q, k, v, out (8-byte bf16x4 / 4-byte bf16x2), state (16-byte float4).
+  const uint64_t vec_ptrs[] = {p->q, p->k, p->v, p->state, p->out};
+  for (uint64_t x : vec_ptrs) {
+    if (x == 0 || x % 16 != 0) return DK_ERR_INVALID_ARGUMENT;
+  }
+  if (p->a == 0 || p->b == 0 || p->a % 2 != 0 || p->b % 2 != 0) return DK_ERR_INVALID_ARGUMENT;
+  const uint64_t f32_ptrs[] = {p->a_log, p->dt_bias, p->slots};
+  for (uint64_t x : f32_ptrs) {
+    if (x == 0 || x % 4 != 0) return DK_ERR_INVALID_ARGUMENT;
+  }
+  if (p->q_stride < p->h_k * p->k_dim || p->k_stride < p->h_k * p->k_dim ||
+      p->v_stride < p->h_v * p->v_dim || p->ab_stride < p->h_v)
+    return DK_ERR_INVALID_ARGUMENT;
+  if (p->q_stride % 8 != 0 || p->k_stride % 8 != 0 || p->v_stride % 8 != 0) return DK_ERR_INVALID_ARGUMENT;
+  Args a;
+  a.q = reinterpret_cast<const __nv_bfloat16*>(p->q);
+  a.k = reinterpret_cast<const __nv_bfloat16*>(p->k);
+  a.v = reinterpret_cast<const __nv_bfloat16*>(p->v);
+  a.a = reinterpret_cast<const __nv_bfloat16*>(p->a);
+  a.b = reinterpret_cast<const __nv_bfloat16*>(p->b);
+  a.a_log = reinterpret_cast<const float*>(p->a_log);
+  a.dt_bias = reinterpret_cast<const float*>(p->dt_bias);
+  a.slots = reinterpret_cast<const int32_t*>(p->slots);
+  a.state = reinterpret_cast<float*>(p->state);
+  a.out = reinterpret_cast<__nv_bfloat16*>(p->out);
+  a.n = p->n;
+  a.t = p->t;
+  a.h_k = p->h_k;
+  a.h_v = p->h_v;
+  a.num_slots = p->num_slots;
+  a.q_stride = p->q_stride;
+  a.k_stride = p->k_stride;
+  a.v_stride = p->v_stride;
+  a.ab_stride = p->ab_stride;
+  a.scale = p->scale;
+  const bool l2 = p->use_qk_l2norm != 0;
+  if (p->k_dim == 128 && p->v_dim == 128) return launch_kv<128, 128>(a, l2, stream);
+  if (p->k_dim == 128 && p->v_dim == 64) return launch_kv<128, 64>(a, l2, stream);
+  if (p->k_dim == 64 && p->v_dim == 128) return launch_kv<64, 128>(a, l2, stream);
+  return launch_kv<64, 64>(a, l2, stream);
+}

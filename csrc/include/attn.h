@@ -1,0 +1,53 @@
+/* attn.* : gated full attention of Qwen3.5 (prep kernel in CUDA; prefill/decode attention are
+ * Triton AOT kernels, declared in the generated dk_triton.h). Included by deltakit.h. */
+#ifndef DELTAKIT_ATTN_H
+#define DELTAKIT_ATTN_H
+
+/** attn.prep params: one fused pass over the q/k/v projections of a batch of tokens (prefill
+ * rows and decode rows alike), mirroring the start of HF Qwen3_5Attention.forward:
+ *   - split each query head's [q_h | gate_h] row (q_proj output, per-head interleaved);
+ *   - q_norm / k_norm: zero-centred RMSNorm over head_dim, (1 + w), f32 (sum of squares in f64),
+ *     one rounding to bf16;
+ *   - partial NeoX RoPE on the first rotary_dim dims of q and k at absolute position
+ *     ctx_lens[s] + (t - cu_seqlens[s]): inv_freq_i = theta^(-2i/rotary_dim) (f64 -> f32),
+ *     angle = f32(pos) * inv_freq_i, c = bf16(cos), s = bf16(sin) (f64 cos/sin),
+ *     x1' = bf16(bf16(x1 c) + bf16(-x2 s)), x2' = bf16(bf16(x2 c) + bf16(x1 s)); other dims untouched;
+ *   - write q and gate contiguous, k and v into the paged cache.
+ * Layouts: qg bf16 [T, HQ, 2*HD] rows sqg elements apart; k, v bf16 [T, HKV, HD] rows sk / sv
+ * apart; q_out, gate_out bf16 [T, HQ, HD]; caches bf16 [num_pages, page_size, HKV, HD]; table i32
+ * [N, max_pages]; cu_seqlens i32 [N+1]; ctx_lens i32 [N] (-1 = padding sequence: q_out and
+ * gate_out rows zero, nothing written to the cache). HD in {64, 128, 256}. A table entry outside
+ * [0, num_pages) skips that token's cache write (the safe wrapper rejects such tables first). */
+typedef struct DkAttnPrepParams {
+  uint64_t qg;
+  uint64_t k;
+  uint64_t v;
+  uint64_t q_norm_w;
+  uint64_t k_norm_w;
+  uint64_t q_out;
+  uint64_t gate_out;
+  uint64_t k_cache;
+  uint64_t v_cache;
+  uint64_t cu_seqlens;
+  uint64_t ctx_lens;
+  uint64_t page_table;
+  int64_t num_tokens;
+  int64_t num_seqs;
+  int64_t n_q_heads;
+  int64_t n_kv_heads;
+  int64_t head_dim;
+  int64_t rotary_dim;
+  int64_t sqg;
+  int64_t sk;
+  int64_t sv;
+  int64_t page_size;
+  int64_t max_pages;
+  int64_t num_pages;
+  float theta;
+  float eps;
+} DkAttnPrepParams;
+
+/** attn.prep (CUDA C++). */
+dk_status dk_attn_prep(const DkAttnPrepParams *p, dk_stream_t stream);
+
+#endif

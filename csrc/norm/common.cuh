@@ -1,0 +1,201 @@
+// Shared kernel of the norm.* ops: one row of d elements per group of TPR threads.
+//
+// Layout: row-major bf16 [rows, d] (contiguous), weight bf16 [d].
+// Thread mapping: 256-thread CTAs; TPR threads per row (8 / 16 / 32: a group of lanes of one warp
+// per row; 256: a CTA per row), VEC = 8 (16-byte bf16x8 accesses when d % 8 == 0 and every pointer
+// is 16-byte aligned) or 1. Pass 1 reads the row (fused_add: adds x into residual, rounds to bf16
+// and stores it) and sums squares in f64 (like the reference, so the f32 mean matches it), keeping
+// up to CACHE chunks per thread in registers; the sum is reduced with shuffles inside the row's
+// lane group (+ smem across warps for TPR = 256). Pass 2 takes the row from registers (or re-reads
+// it, an L1/L2 hit, each thread only the elements it wrote itself) and writes the output. Rounding
+// points and operation order follow deltakit_ref::norm exactly (f32, no FMA contraction).
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "../common/launch.cuh"
+
+namespace dk_norm {
+
+enum Mode { kRms = 0, kFusedAdd = 1, kGated = 2 };
+
+struct Args {
+  const __nv_bfloat16* x;
+  __nv_bfloat16* residual;  // kFusedAdd: read + written
+  const __nv_bfloat16* z;   // kGated
+  const __nv_bfloat16* w;
+  __nv_bfloat16* out;
+  int64_t rows, d;
+  float eps;
+};
+
+constexpr int kBlock = 256;
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ float silu(float x) {
+  float s;
+  if (x >= 0.f) {
+    s = __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x)));
+  } else {
+    const float e = expf(x);
+    s = __fdiv_rn(e, __fadd_rn(1.f, e));
+  }
+  return __fmul_rn(x, s);
+}
+
+template <int VEC>
+__device__ __forceinline__ void load(const __nv_bfloat16* p, float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 v = __bfloat1622float2(h[j]);
+      f[2 * j] = v.x;
+      f[2 * j + 1] = v.y;
+    }
+  } else {
+    f[0] = __bfloat162float(*p);
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    uint4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  } else {
+    *p = __float2bfloat16_rn(f[0]);
+  }
+}
+
+// CACHE > 0: the thread's first CACHE chunks stay in registers between the passes (d <=
+// CACHE * TPR * VEC is then a single read of the row); chunks beyond CACHE are re-read.
+template <int TPR, int VEC, int MODE, int CACHE>
+__global__ void __launch_bounds__(kBlock) norm_kernel(const Args a) {
+  constexpr int RPB = kBlock / TPR;
+  static_assert(TPR == 8 || TPR == 16 || TPR == 32 || TPR == kBlock, "TPR");
+  constexpr int C = CACHE > 0 ? CACHE : 1;
+  __shared__ double red[kBlock / 32];
+  const int sub = threadIdx.x / TPR;
+  const int tid = threadIdx.x % TPR;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * RPB + sub;
+  const bool active = row < a.rows;
+  const int64_t nvec = a.d / VEC;
+  const int64_t base = row * a.d;
+  float cache[C][VEC];
+  double ss = 0.0;
+  if (active) {
+    int ci = 0;
+    for (int64_t i = tid; i < nvec; i += TPR, ++ci) {
+      float xv[VEC];
+      load<VEC>(a.x + base + i * VEC, xv);
+      if constexpr (MODE == kFusedAdd) {
+        float rv[VEC];
+        load<VEC>(a.residual + base + i * VEC, rv);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) xv[j] = round_bf16(__fadd_rn(rv[j], xv[j]));
+        store<VEC>(a.residual + base + i * VEC, xv);
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) ss += static_cast<double>(xv[j]) * static_cast<double>(xv[j]);
+      if constexpr (CACHE > 0) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c == ci) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) cache[c][j] = xv[j];
+          }
+        }
+      }
+    }
+  }
+  // Reduce over the TPR threads of the row (lanes tid ^ off stay inside the row's group).
+#pragma unroll
+  for (int off = (TPR < 32 ? TPR : 32) / 2; off >= 1; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if constexpr (TPR == kBlock) {
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    ss = 0.0;
+#pragma unroll
+    for (int i = 0; i < kBlock / 32; ++i) ss += red[i];
+  }
+  if (!active) return;
+  const float ms = static_cast<float>(ss / static_cast<double>(a.d));
+  const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
+  const __nv_bfloat16* src = MODE == kFusedAdd ? a.residual : a.x;
+  int ci = 0;
+  for (int64_t i = tid; i < nvec; i += TPR, ++ci) {
+    float xv[VEC], wv[VEC], o[VEC];
+    bool cached = false;
+    if constexpr (CACHE > 0) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        if (c == ci) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) xv[j] = cache[c][j];
+          cached = true;
+        }
+      }
+    }
+    if (!cached) load<VEC>(src + base + i * VEC, xv);
+    load<VEC>(a.w + i * VEC, wv);
+    if constexpr (MODE == kGated) {
+      float zv[VEC];
+      load<VEC>(a.z + base + i * VEC, zv);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float n = round_bf16(__fmul_rn(xv[j], inv));
+        const float y = round_bf16(__fmul_rn(wv[j], n));
+        o[j] = __fmul_rn(y, silu(zv[j]));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o[j] = __fmul_rn(__fmul_rn(xv[j], inv), __fadd_rn(1.f, wv[j]));
+    }
+    store<VEC>(a.out + base + i * VEC, o);
+  }
+}
+
+template <int TPR, int VEC, int MODE, int CACHE>
+dk_status launch_tv(const Args& a, cudaStream_t stream) {
+  constexpr int RPB = kBlock / TPR;
+  const int64_t blocks = dk::ceil_div(a.rows, RPB);
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  norm_kernel<TPR, VEC, MODE, CACHE><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(a);
+  return dk::launch_status();
+}
+
+// Validates, picks (TPR, VEC, CACHE) and launches. Pointers needed by MODE must be non-null.
+// Vector path (d % 8 == 0, 16-byte aligned): d <= 64 -> 8 threads per row, <= 128 -> 16 (one
+// 16-byte chunk per thread, kept in registers: the row is read once), <= 1024 -> 32 (a warp),
+// else a 256-thread CTA per row (both re-read the row in pass 2: caching 2-4 chunks per thread in
+// registers measured slower at d = 5120 on an H200). Scalar path: a warp or a CTA per row.
+template <int MODE>
+dk_status launch(const Args& a, cudaStream_t stream) {
+  if (a.rows < 0 || a.d < 1) return DK_ERR_INVALID_ARGUMENT;
+  if (!(a.eps >= 0.f)) return DK_ERR_INVALID_ARGUMENT;
+  if (a.rows == 0) return DK_OK;
+  const uint64_t ptrs[] = {reinterpret_cast<uint64_t>(a.x), reinterpret_cast<uint64_t>(a.w),
+                           reinterpret_cast<uint64_t>(a.out),
+                           MODE == kFusedAdd ? reinterpret_cast<uint64_t>(a.residual) : 16u,
+                           MODE == kGated ? reinterpret_cast<uint64_t>(a.z) : 16u};
+  bool vec = a.d % 8 == 0;
+  for (uint64_t p : ptrs) {
+    if (p == 0 || p % 2 != 0) return DK_ERR_INVALID_ARGUMENT;
+    vec = vec && p % 16 == 0;
+  }
+  if (vec) {
+    if (a.d <= 64) return launch_tv<8, 8, MODE, 1>(a, stream);
+    if (a.d <= 128) return launch_tv<16, 8, MODE, 1>(a, stream);
+    if (a.d <= 1024) return launch_tv<32, 8, MODE, 0>(a, stream);
+    return launch_tv<kBlock, 8, MODE, 0>(a, stream);
+  }
+  return a.d <= 1024 ? launch_tv<32, 1, MODE, 0>(a, stream) : launch_tv<kBlock, 1, MODE, 0>(a, stream);
+}
+
+}  // namespace dk_norm

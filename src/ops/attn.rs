@@ -1,0 +1,669 @@
+//! `attn.output_gate` (CUDA C++, `csrc/mlp/elementwise.cu`). CPU twin:
+//! `deltakit_ref::attn::output_gate`.
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use half::bf16;
+
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::launch::{bind, check, raw_stream, same_context};
+use crate::ops::validate;
+
+/// Gated-attention output gate (HF `Qwen3_5Attention`: `attn_output * torch.sigmoid(gate)`):
+/// `out = bf16(attn * bf16(sigmoid(gate)))`, sigmoid in f32.
+///
+/// Shapes: `attn`, `out` bf16 `[rows, width]` (`width = H_q * hd`); `gate` bf16 rows of `width`
+/// elements `gate_stride` apart (`None` = contiguous), so the gate can be read in place from a
+/// wider buffer.
+///
+/// # Errors
+/// [`Error::Shape`] if `width == 0`, a stride is smaller than `width`, or a length disagrees;
+/// [`Error::DeviceMismatch`]; [`Error::Launch`] / [`Error::Driver`].
+pub fn output_gate(
+    stream: &CudaStream,
+    attn: &impl DevicePtr<bf16>,
+    gate: &impl DevicePtr<bf16>,
+    width: usize,
+    gate_stride: Option<usize>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    const OP: &str = "attn.output_gate";
+    if width == 0 || attn.len() % width != 0 {
+        return Err(Error::shape(
+            OP,
+            "attn",
+            format!("a multiple of width = {width} (> 0)"),
+            attn.len(),
+        ));
+    }
+    let rows = attn.len() / width;
+    let stride = validate::strided_len(OP, "gate", gate.len(), rows, width, gate_stride)?;
+    validate::len(OP, "out", out.len(), attn.len())?;
+    same_context(OP, "attn", stream, attn)?;
+    same_context(OP, "gate", stream, gate)?;
+    same_context(OP, "out", stream, out)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    let (ap, _g1) = attn.device_ptr(stream);
+    let (gp, _g2) = gate.device_ptr(stream);
+    let (op, _g3) = out.device_ptr_mut(stream);
+    let params = ffi::DkOutputGateParams {
+        attn: ap,
+        gate: gp,
+        out: op,
+        rows: validate::i64_of(OP, "attn", rows)?,
+        width: validate::i64_of(OP, "width", width)?,
+        gate_stride: validate::i64_of(OP, "gate_stride", stride)?,
+    };
+    // SAFETY: live device buffers of the checked extents in the stream's context.
+    check(OP, unsafe { ffi::dk_attn_output_gate(&raw const params, raw_stream(stream)) })
+}
+
+/// Head counts and head dim of an attention layer (per rank). Query head `h` reads kv head
+/// `h / (n_q_heads / n_kv_heads)` (GQA; any group size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Query heads `H_q`; a multiple of `n_kv_heads`.
+    pub n_q_heads: usize,
+    /// Key/value heads `H_kv`.
+    pub n_kv_heads: usize,
+    /// Head dim `hd`: 64, 128 or 256.
+    pub head_dim: usize,
+}
+
+/// Paged KV cache geometry: `k_cache`, `v_cache` are bf16 `[num_pages, page_size, H_kv, hd]`;
+/// absolute position `p` of sequence `i` lives in page `page_table[i * max_pages + p /
+/// page_size]`, row `p % page_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagedKv {
+    /// Tokens per page (any value >= 1).
+    pub page_size: usize,
+    /// Pages in the cache.
+    pub num_pages: usize,
+    /// Row length of the page table.
+    pub max_pages: usize,
+}
+
+/// A batch of sequences against the paged cache: device arrays the kernels read, and the host
+/// copies of the same arrays the wrappers validate (the engine builds both; device copies live in
+/// static buffers so a CUDA graph can replay with new contents).
+///
+/// `cu_seqlens` i32 `[N + 1]` over the new tokens; `ctx_lens` i32 `[N]` (tokens already cached;
+/// -1 = padding sequence); `page_table` i32 `[N, max_pages]`.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqBatch<'a, I> {
+    /// Device `cu_seqlens`.
+    pub cu_seqlens: &'a I,
+    /// Device `ctx_lens`.
+    pub ctx_lens: &'a I,
+    /// Device page table.
+    pub page_table: &'a I,
+    /// Host copy of `cu_seqlens`.
+    pub host_cu_seqlens: &'a [i32],
+    /// Host copy of `ctx_lens`.
+    pub host_ctx_lens: &'a [i32],
+    /// Host copy of the page table.
+    pub host_page_table: &'a [i32],
+}
+
+/// Partial RoPE configuration (HF `rope_parameters`): `rotary_dim = head_dim *
+/// partial_rotary_factor` (even, <= hd), `theta = rope_theta`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    /// Rotated leading dims.
+    pub rotary_dim: usize,
+    /// `rope_theta`.
+    pub theta: f32,
+}
+
+fn check_dims(op: &'static str, d: AttnDims) -> Result<()> {
+    if !matches!(d.head_dim, 64 | 128 | 256) {
+        return Err(Error::Unsupported {
+            op,
+            what: format!("head_dim {} (built: 64, 128, 256)", d.head_dim),
+        });
+    }
+    if d.n_kv_heads == 0 || d.n_q_heads == 0 || d.n_q_heads % d.n_kv_heads != 0 {
+        return Err(Error::shape(
+            op,
+            "dims.n_q_heads",
+            format!("a positive multiple of n_kv_heads = {}", d.n_kv_heads),
+            d.n_q_heads,
+        ));
+    }
+    Ok(())
+}
+
+/// Validates host metadata for `t` new tokens: `cu` (N+1), `ctx` (N), `table` (N x max_pages).
+/// Returns (N, longest new-token run).
+fn check_host(
+    op: &'static str,
+    cu: &[i32],
+    ctx: &[i32],
+    table: &[i32],
+    kv: PagedKv,
+    t: usize,
+) -> Result<(usize, usize)> {
+    if cu.len() < 2
+        || cu[0] != 0
+        || cu.windows(2).any(|w| w[1] < w[0])
+        || cu[cu.len() - 1] as usize != t
+    {
+        return Err(Error::shape(
+            op,
+            "cu_seqlens",
+            format!("non-decreasing, from 0 to T = {t}, at least 2 entries"),
+            format!("{cu:?}"),
+        ));
+    }
+    let n = cu.len() - 1;
+    validate::len(op, "host_ctx_lens", ctx.len(), n)?;
+    if kv.page_size == 0 || kv.max_pages == 0 || kv.num_pages == 0 {
+        return Err(Error::shape(
+            op,
+            "kv",
+            "page_size, max_pages, num_pages > 0",
+            format!("{kv:?}"),
+        ));
+    }
+    validate::len(op, "host_page_table", table.len(), n * kv.max_pages)?;
+    let mut longest = 0usize;
+    for i in 0..n {
+        let len = (cu[i + 1] - cu[i]) as usize;
+        longest = longest.max(len);
+        let c = ctx[i];
+        if c < -1 {
+            return Err(Error::shape(op, "ctx_lens", "-1 or >= 0", format!("ctx_lens[{i}] = {c}")));
+        }
+        if c < 0 {
+            continue;
+        }
+        let total = c as usize + len;
+        let need = total.div_ceil(kv.page_size);
+        if need > kv.max_pages {
+            return Err(Error::shape(
+                op,
+                "page_table",
+                format!("at most max_pages = {} pages per sequence", kv.max_pages),
+                format!("sequence {i} needs {need} for {total} tokens"),
+            ));
+        }
+        let row = &table[i * kv.max_pages..i * kv.max_pages + need];
+        if let Some((j, &p)) =
+            row.iter().enumerate().find(|(_, &p)| p < 0 || p as usize >= kv.num_pages)
+        {
+            return Err(Error::shape(
+                op,
+                "page_table",
+                format!("page ids in 0..{}", kv.num_pages),
+                format!("page_table[{i}][{j}] = {p}"),
+            ));
+        }
+    }
+    Ok((n, longest))
+}
+
+/// [`check_host`] plus the device arrays' lengths.
+fn check_batch<I: DevicePtr<i32>>(
+    op: &'static str,
+    b: &SeqBatch<'_, I>,
+    kv: PagedKv,
+    t: usize,
+) -> Result<(usize, usize)> {
+    let (n, longest) =
+        check_host(op, b.host_cu_seqlens, b.host_ctx_lens, b.host_page_table, kv, t)?;
+    validate::len(op, "cu_seqlens", b.cu_seqlens.len(), n + 1)?;
+    validate::len(op, "ctx_lens", b.ctx_lens.len(), n)?;
+    validate::len(op, "page_table", b.page_table.len(), n * kv.max_pages)?;
+    Ok((n, longest))
+}
+
+fn cache_len(op: &'static str, kv: PagedKv, d: AttnDims) -> Result<usize> {
+    kv.num_pages
+        .checked_mul(kv.page_size)
+        .and_then(|x| x.checked_mul(d.n_kv_heads * d.head_dim))
+        .ok_or_else(|| Error::shape(op, "kv", "a cache size that fits in usize", format!("{kv:?}")))
+}
+
+/// Fused attention prologue for prefill and decode rows (HF `Qwen3_5Attention.forward` up to the
+/// attention call): splits each query head's `[q_h | gate_h]`, applies q/k RMSNorm `(1 + w)`
+/// over `hd`, partial NeoX RoPE at each token's absolute position `ctx_lens[s] + j`, writes q and
+/// gate contiguous and k/v into the paged cache. Bit-exact with `deltakit_ref::attn::{qk_norm,
+/// rope_neox, write_kv}` on the same inputs.
+///
+/// Shapes: `qg` bf16 `[T, H_q, 2 hd]` (rows `sqg` elements apart, `None` = contiguous); `k`, `v`
+/// bf16 `[T, H_kv, hd]` (rows `sk` / `sv` apart); `q_norm_w`, `k_norm_w` bf16 `[hd]`; `q_out`,
+/// `gate_out` bf16 `[T, H_q, hd]`; caches as [`PagedKv`]. Padding sequences (`ctx_lens = -1`) get
+/// zero q/gate rows and write nothing to the cache.
+///
+/// # Errors
+/// [`Error::Shape`] for any length, stride, `cu_seqlens`, `ctx_lens` or page-table problem
+/// (including two tokens writing the same cache row), [`Error::Unsupported`] for a head dim
+/// outside 64/128/256, [`Error::DeviceMismatch`], [`Error::Launch`] / [`Error::Driver`].
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // validation of a 15-buffer op
+pub fn prep<I: DevicePtr<i32>>(
+    stream: &CudaStream,
+    qg: (&impl DevicePtr<bf16>, Option<usize>),
+    k: (&impl DevicePtr<bf16>, Option<usize>),
+    v: (&impl DevicePtr<bf16>, Option<usize>),
+    q_norm_w: &impl DevicePtr<bf16>,
+    k_norm_w: &impl DevicePtr<bf16>,
+    eps: f32,
+    rope: Rope,
+    dims: AttnDims,
+    kv: PagedKv,
+    batch: &SeqBatch<'_, I>,
+    k_cache: &mut impl DevicePtrMut<bf16>,
+    v_cache: &mut impl DevicePtrMut<bf16>,
+    q_out: &mut impl DevicePtrMut<bf16>,
+    gate_out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    const OP: &str = "attn.prep";
+    check_dims(OP, dims)?;
+    let hd = dims.head_dim;
+    if rope.rotary_dim == 0 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > hd {
+        return Err(Error::shape(
+            OP,
+            "rope.rotary_dim",
+            format!("even, in 2..={hd}"),
+            rope.rotary_dim,
+        ));
+    }
+    if !(rope.theta.is_finite() && rope.theta > 0.0) {
+        return Err(Error::shape(OP, "rope.theta", "finite and > 0", rope.theta));
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::shape(OP, "eps", "finite and >= 0", eps));
+    }
+    let q_row = dims.n_q_heads * 2 * hd;
+    let kv_row = dims.n_kv_heads * hd;
+    let t = *batch.host_cu_seqlens.last().unwrap_or(&0) as usize;
+    let sqg = validate::strided_len(OP, "qg", qg.0.len(), t, q_row, qg.1)?;
+    let sk = validate::strided_len(OP, "k", k.0.len(), t, kv_row, k.1)?;
+    let sv = validate::strided_len(OP, "v", v.0.len(), t, kv_row, v.1)?;
+    validate::len(OP, "q_norm_w", q_norm_w.len(), hd)?;
+    validate::len(OP, "k_norm_w", k_norm_w.len(), hd)?;
+    validate::len(OP, "q_out", q_out.len(), t * dims.n_q_heads * hd)?;
+    validate::len(OP, "gate_out", gate_out.len(), t * dims.n_q_heads * hd)?;
+    let clen = cache_len(OP, kv, dims)?;
+    validate::len(OP, "k_cache", k_cache.len(), clen)?;
+    validate::len(OP, "v_cache", v_cache.len(), clen)?;
+    let (n, _) = check_batch(OP, batch, kv, t)?;
+    // No two tokens of the batch may write the same cache row.
+    let mut rows = std::collections::HashSet::with_capacity(t);
+    for i in 0..n {
+        let Ok(ctx) = usize::try_from(batch.host_ctx_lens[i]) else { continue };
+        let len = (batch.host_cu_seqlens[i + 1] - batch.host_cu_seqlens[i]) as usize;
+        for pos in ctx..ctx + len {
+            let page = batch.host_page_table[i * kv.max_pages + pos / kv.page_size];
+            if !rows.insert((page, pos % kv.page_size)) {
+                return Err(Error::shape(
+                    OP,
+                    "page_table",
+                    "distinct cache rows for every new token",
+                    format!("page {page} row {} written twice (sequence {i})", pos % kv.page_size),
+                ));
+            }
+        }
+    }
+    for (arg, ok) in [
+        ("qg", same_context(OP, "qg", stream, qg.0)),
+        ("k", same_context(OP, "k", stream, k.0)),
+        ("v", same_context(OP, "v", stream, v.0)),
+    ] {
+        ok.map_err(|_| Error::DeviceMismatch { op: OP, arg })?;
+    }
+    same_context(OP, "q_norm_w", stream, q_norm_w)?;
+    same_context(OP, "k_norm_w", stream, k_norm_w)?;
+    same_context(OP, "cu_seqlens", stream, batch.cu_seqlens)?;
+    same_context(OP, "ctx_lens", stream, batch.ctx_lens)?;
+    same_context(OP, "page_table", stream, batch.page_table)?;
+    same_context(OP, "k_cache", stream, k_cache)?;
+    same_context(OP, "v_cache", stream, v_cache)?;
+    same_context(OP, "q_out", stream, q_out)?;
+    same_context(OP, "gate_out", stream, gate_out)?;
+    if t == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    let (qgp, _g1) = qg.0.device_ptr(stream);
+    let (kp, _g2) = k.0.device_ptr(stream);
+    let (vp, _g3) = v.0.device_ptr(stream);
+    let (qwp, _g4) = q_norm_w.device_ptr(stream);
+    let (kwp, _g5) = k_norm_w.device_ptr(stream);
+    let (cup, _g6) = batch.cu_seqlens.device_ptr(stream);
+    let (ctxp, _g7) = batch.ctx_lens.device_ptr(stream);
+    let (ptp, _g8) = batch.page_table.device_ptr(stream);
+    let (kcp, _g9) = k_cache.device_ptr_mut(stream);
+    let (vcp, _g10) = v_cache.device_ptr_mut(stream);
+    let (qop, _g11) = q_out.device_ptr_mut(stream);
+    let (gop, _g12) = gate_out.device_ptr_mut(stream);
+    let i64_of = |arg, x| validate::i64_of(OP, arg, x);
+    let params = ffi::DkAttnPrepParams {
+        qg: qgp,
+        k: kp,
+        v: vp,
+        q_norm_w: qwp,
+        k_norm_w: kwp,
+        q_out: qop,
+        gate_out: gop,
+        k_cache: kcp,
+        v_cache: vcp,
+        cu_seqlens: cup,
+        ctx_lens: ctxp,
+        page_table: ptp,
+        num_tokens: i64_of("qg", t)?,
+        num_seqs: i64_of("cu_seqlens", n)?,
+        n_q_heads: i64_of("dims.n_q_heads", dims.n_q_heads)?,
+        n_kv_heads: i64_of("dims.n_kv_heads", dims.n_kv_heads)?,
+        head_dim: i64_of("dims.head_dim", hd)?,
+        rotary_dim: i64_of("rope.rotary_dim", rope.rotary_dim)?,
+        sqg: i64_of("qg", sqg)?,
+        sk: i64_of("k", sk)?,
+        sv: i64_of("v", sv)?,
+        page_size: i64_of("kv.page_size", kv.page_size)?,
+        max_pages: i64_of("kv.max_pages", kv.max_pages)?,
+        num_pages: i64_of("kv.num_pages", kv.num_pages)?,
+        theta: rope.theta,
+        eps,
+    };
+    // SAFETY: every buffer is a live allocation of the checked extent in the stream's context;
+    // the metadata was validated on the host copies, and the kernel bounds-checks page ids again.
+    check(OP, unsafe { ffi::dk_attn_prep(&raw const params, raw_stream(stream)) })
+}
+
+/// Query rows per program of the prefill kernel (the `BLOCK_M` of every `attn_prefill_hd*`
+/// specialization in `triton_aot/manifest.toml`).
+const PREFILL_BLOCK_M: usize = 64;
+
+/// Causal GQA prefill attention over the paged cache (Triton AOT `attn_prefill_hd{64,128,256}`),
+/// mirroring HF `Qwen3_5Attention`'s `sdpa(is_causal)` with prior context (chunked prefill):
+/// new token `j` of sequence `s` (absolute position `ctx_lens[s] + j`) attends to cache positions
+/// `0..=ctx_lens[s] + j`; the new tokens' k/v must already be in the cache ([`prep`]). f32 online
+/// softmax, bf16 PV product with f32 accumulation, `scale` default `hd^-0.5`. CPU twin:
+/// `deltakit_ref::attn::prefill_paged`. Padding sequences give zero rows.
+///
+/// Shapes: `q`, `out` bf16 `[T, H_q, hd]` contiguous, 16-byte aligned; caches as [`PagedKv`].
+///
+/// # Errors
+/// As [`prep`] (no duplicate-row check: nothing is written to the cache).
+#[allow(clippy::too_many_arguments)]
+pub fn prefill<I: DevicePtr<i32>>(
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    batch: &SeqBatch<'_, I>,
+    scale: Option<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    const OP: &str = "attn.prefill";
+    check_dims(OP, dims)?;
+    let row = dims.n_q_heads * dims.head_dim;
+    let t = *batch.host_cu_seqlens.last().unwrap_or(&0) as usize;
+    validate::len(OP, "q", q.len(), t * row)?;
+    validate::len(OP, "out", out.len(), t * row)?;
+    let clen = cache_len(OP, kv, dims)?;
+    validate::len(OP, "k_cache", k_cache.len(), clen)?;
+    validate::len(OP, "v_cache", v_cache.len(), clen)?;
+    let (n, longest) = check_batch(OP, batch, kv, t)?;
+    let scale = scale.unwrap_or(1.0 / (dims.head_dim as f32).sqrt());
+    if !scale.is_finite() {
+        return Err(Error::shape(OP, "scale", "finite", scale));
+    }
+    same_context(OP, "q", stream, q)?;
+    same_context(OP, "k_cache", stream, k_cache)?;
+    same_context(OP, "v_cache", stream, v_cache)?;
+    same_context(OP, "cu_seqlens", stream, batch.cu_seqlens)?;
+    same_context(OP, "ctx_lens", stream, batch.ctx_lens)?;
+    same_context(OP, "page_table", stream, batch.page_table)?;
+    same_context(OP, "out", stream, out)?;
+    if t == 0 {
+        return Ok(());
+    }
+    let max_q_blocks = longest.div_ceil(PREFILL_BLOCK_M).max(1);
+    let grid_x = u32::try_from(n * max_q_blocks).map_err(|_| {
+        Error::shape(OP, "cu_seqlens", "a grid of at most u32::MAX programs", n * max_q_blocks)
+    })?;
+    let grid_y = u32::try_from(dims.n_q_heads)
+        .map_err(|_| Error::shape(OP, "dims.n_q_heads", "<= 65535", dims.n_q_heads))?;
+    bind(stream)?;
+    let (qp, _g1) = q.device_ptr(stream);
+    let (kp, _g2) = k_cache.device_ptr(stream);
+    let (vp, _g3) = v_cache.device_ptr(stream);
+    let (cup, _g4) = batch.cu_seqlens.device_ptr(stream);
+    let (ctxp, _g5) = batch.ctx_lens.device_ptr(stream);
+    let (ptp, _g6) = batch.page_table.device_ptr(stream);
+    let (op, _g7) = out.device_ptr_mut(stream);
+    for (arg, p) in [("q", qp), ("k_cache", kp), ("v_cache", vp), ("out", op)] {
+        validate::aligned(OP, arg, p, 16)?;
+    }
+    let launch = match dims.head_dim {
+        64 => ffi::dk_triton_attn_prefill_hd64,
+        128 => ffi::dk_triton_attn_prefill_hd128,
+        _ => ffi::dk_triton_attn_prefill_hd256,
+    };
+    let i64_of = |arg, x| validate::i64_of(OP, arg, x);
+    // SAFETY: live buffers of the checked extents; metadata validated on the host copies; the
+    // kernel masks out-of-range page ids and clamps cu_seqlens.
+    check(OP, unsafe {
+        launch(
+            raw_stream(stream),
+            grid_x,
+            grid_y,
+            1,
+            qp,
+            kp,
+            vp,
+            op,
+            cup,
+            ctxp,
+            ptp,
+            i64_of("q", t)?,
+            i64_of("cu_seqlens", max_q_blocks)?,
+            i64_of("kv.max_pages", kv.max_pages)?,
+            i64_of("kv.num_pages", kv.num_pages)?,
+            i64_of("kv.page_size", kv.page_size)?,
+            i64_of("dims.n_q_heads", dims.n_q_heads)?,
+            i64_of("dims.n_kv_heads", dims.n_kv_heads)?,
+            scale,
+        )
+    })
+}
+
+/// Largest GQA group the decode specializations handle (`BLOCK_G` in the manifest).
+pub const DECODE_MAX_GROUP: usize = 16;
+
+/// f32 elements of decode workspace for `rows` rows and `num_splits` context splits: partial
+/// outputs `[rows, H_q, splits, hd]` then log-sum-exps `[rows, H_q, splits]`.
+#[must_use]
+pub fn decode_workspace_len(rows: usize, dims: AttnDims, num_splits: usize) -> usize {
+    rows * dims.n_q_heads * num_splits * (dims.head_dim + 1)
+}
+
+/// A split count that fills an H200 (132 SMs, ~2 waves) for `rows` rows, capped so every split
+/// covers at least 256 positions of `max_ctx`. Fix it per CUDA-graph bucket.
+#[must_use]
+pub fn decode_splits(rows: usize, dims: AttnDims, max_ctx: usize) -> usize {
+    let programs = rows.max(1) * dims.n_kv_heads.max(1);
+    let want = (2 * 132usize).div_ceil(programs);
+    want.clamp(1, max_ctx.div_ceil(256).clamp(1, 128))
+}
+
+/// Paged decode attention, split-K ("flash decoding", Triton AOT `attn_decode_hd*` +
+/// `attn_decode_merge_hd*`): row `i`'s single query (absolute position `seq_lens[i] - 1`, its
+/// k/v already in the cache) attends to positions `0..seq_lens[i]`; all query heads of a kv head
+/// are processed together (group <= [`DECODE_MAX_GROUP`]); the context is cut into `num_splits`
+/// ranges whose partial results are merged by log-sum-exp. `seq_lens[i] == -1`: padding row,
+/// zero output. Equals the last row of [`prefill`] over the same context. CPU twin:
+/// `deltakit_ref::attn::decode_paged`.
+///
+/// Shapes: `q`, `out` bf16 `[N, H_q, hd]`; `seq_lens` i32 `[N]` (device + host copy);
+/// `page_table` i32 `[N, max_pages]` (device + host copy); `workspace` f32 of at least
+/// [`decode_workspace_len`] elements.
+///
+/// # Errors
+/// [`Error::Shape`] for lengths, `seq_lens` (0 or < -1), page ids, `num_splits` (1..=1024) or a
+/// short workspace; [`Error::Unsupported`] for a group over [`DECODE_MAX_GROUP`] or another head
+/// dim; [`Error::DeviceMismatch`], [`Error::Launch`] / [`Error::Driver`].
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // validation + two launches
+pub fn decode(
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    seq_lens: (&impl DevicePtr<i32>, &[i32]),
+    page_table: (&impl DevicePtr<i32>, &[i32]),
+    scale: Option<f32>,
+    num_splits: usize,
+    workspace: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    const OP: &str = "attn.decode";
+    check_dims(OP, dims)?;
+    if dims.n_q_heads / dims.n_kv_heads > DECODE_MAX_GROUP {
+        return Err(Error::Unsupported {
+            op: OP,
+            what: format!("GQA group {} > {DECODE_MAX_GROUP}", dims.n_q_heads / dims.n_kv_heads),
+        });
+    }
+    let row = dims.n_q_heads * dims.head_dim;
+    let n = seq_lens.1.len();
+    validate::len(OP, "q", q.len(), n * row)?;
+    validate::len(OP, "out", out.len(), n * row)?;
+    validate::len(OP, "seq_lens", seq_lens.0.len(), n)?;
+    if !(1..=1024).contains(&num_splits) {
+        return Err(Error::shape(OP, "num_splits", "1..=1024", num_splits));
+    }
+    let need = decode_workspace_len(n, dims, num_splits);
+    if workspace.len() < need {
+        return Err(Error::shape(OP, "workspace", format!("len >= {need}"), workspace.len()));
+    }
+    let clen = cache_len(OP, kv, dims)?;
+    validate::len(OP, "k_cache", k_cache.len(), clen)?;
+    validate::len(OP, "v_cache", v_cache.len(), clen)?;
+    // Validate as a batch of N one-token sequences with ctx = seq_len - 1.
+    if let Some((i, &s)) = seq_lens.1.iter().enumerate().find(|(_, &s)| s == 0 || s < -1) {
+        return Err(Error::shape(OP, "seq_lens", "-1 or >= 1", format!("seq_lens[{i}] = {s}")));
+    }
+    if n > 0 {
+        let cu: Vec<i32> = (0..=n as i32).collect();
+        let ctx: Vec<i32> = seq_lens.1.iter().map(|&s| if s == -1 { -1 } else { s - 1 }).collect();
+        check_host(OP, &cu, &ctx, page_table.1, kv, n)?;
+        validate::len(OP, "page_table", page_table.0.len(), n * kv.max_pages)?;
+    }
+    let scale = scale.unwrap_or(1.0 / (dims.head_dim as f32).sqrt());
+    if !scale.is_finite() {
+        return Err(Error::shape(OP, "scale", "finite", scale));
+    }
+    same_context(OP, "q", stream, q)?;
+    same_context(OP, "k_cache", stream, k_cache)?;
+    same_context(OP, "v_cache", stream, v_cache)?;
+    same_context(OP, "seq_lens", stream, seq_lens.0)?;
+    same_context(OP, "page_table", stream, page_table.0)?;
+    same_context(OP, "workspace", stream, workspace)?;
+    same_context(OP, "out", stream, out)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let rows =
+        u32::try_from(n).map_err(|_| Error::shape(OP, "seq_lens", "at most u32::MAX rows", n))?;
+    bind(stream)?;
+    let (qp, _g1) = q.device_ptr(stream);
+    let (kp, _g2) = k_cache.device_ptr(stream);
+    let (vp, _g3) = v_cache.device_ptr(stream);
+    let (slp, _g4) = seq_lens.0.device_ptr(stream);
+    let (ptp, _g5) = page_table.0.device_ptr(stream);
+    let (wsp, _g6) = workspace.device_ptr_mut(stream);
+    let (op, _g7) = out.device_ptr_mut(stream);
+    let lse_off = (n * dims.n_q_heads * num_splits * dims.head_dim * 4) as u64;
+    for (arg, p) in [("q", qp), ("k_cache", kp), ("v_cache", vp), ("workspace", wsp), ("out", op)] {
+        validate::aligned(OP, arg, p, 16)?;
+    }
+    let (dec, merge): (DecodeFn, MergeFn) = match dims.head_dim {
+        64 => (ffi::dk_triton_attn_decode_hd64, ffi::dk_triton_attn_decode_merge_hd64),
+        128 => (ffi::dk_triton_attn_decode_hd128, ffi::dk_triton_attn_decode_merge_hd128),
+        _ => (ffi::dk_triton_attn_decode_hd256, ffi::dk_triton_attn_decode_merge_hd256),
+    };
+    let i64_of = |arg, x| validate::i64_of(OP, arg, x);
+    let hq = i64_of("dims.n_q_heads", dims.n_q_heads)?;
+    let splits = i64_of("num_splits", num_splits)?;
+    // SAFETY: live buffers of the checked extents (workspace >= decode_workspace_len); metadata
+    // validated on the host copies; the kernel masks out-of-range page ids.
+    check(OP, unsafe {
+        dec(
+            raw_stream(stream),
+            rows,
+            dims.n_kv_heads as u32,
+            num_splits as u32,
+            qp,
+            kp,
+            vp,
+            wsp,
+            wsp + lse_off,
+            slp,
+            ptp,
+            i64_of("kv.max_pages", kv.max_pages)?,
+            i64_of("kv.num_pages", kv.num_pages)?,
+            i64_of("kv.page_size", kv.page_size)?,
+            hq,
+            i64_of("dims.n_kv_heads", dims.n_kv_heads)?,
+            splits,
+            scale,
+        )
+    })?;
+    // SAFETY: as above; reads the partials the previous launch wrote on the same stream.
+    check(OP, unsafe {
+        merge(
+            raw_stream(stream),
+            rows,
+            dims.n_q_heads as u32,
+            1,
+            wsp,
+            wsp + lse_off,
+            op,
+            slp,
+            hq,
+            splits,
+        )
+    })
+}
+
+type DecodeFn = unsafe extern "C" fn(
+    ffi::dk_stream_t,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    f32,
+) -> ffi::dk_status;
+type MergeFn = unsafe extern "C" fn(
+    ffi::dk_stream_t,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    i64,
+    i64,
+) -> ffi::dk_status;

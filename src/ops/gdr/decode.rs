@@ -1,0 +1,177 @@
+//! `gdr.decode` (CUDA C++, `csrc/gdr/decode.cu`): recurrent gated-delta-rule decode with fused
+//! gating, q/k L2 norm and q scale, updating the f32 state pool in place.
+//! CPU twin: `deltakit_ref::gdr::{gating, decode, recurrent_prefill}`.
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use half::bf16;
+
+use super::{GdrDims, GdrOptions};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::launch::{bind, check, raw_stream, same_context};
+use crate::ops::validate;
+
+const OP: &str = "gdr.decode";
+
+/// Token (row) strides, in elements, of the decode inputs; `None` = contiguous.
+///
+/// Lets `q`, `k`, `v` be column views of one packed buffer (e.g. the conv1d output
+/// `[T, 2*H_k*K + H_v*V]`) without a copy. `q`/`k`/`v` strides must be multiples of 8 elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStrides {
+    /// Stride between tokens of `q` (default `H_k * K`).
+    pub q: Option<usize>,
+    /// Stride between tokens of `k` (default `H_k * K`).
+    pub k: Option<usize>,
+    /// Stride between tokens of `v` (default `H_v * V`).
+    pub v: Option<usize>,
+    /// Stride between tokens of `a` and `b` (default `H_v`).
+    pub ab: Option<usize>,
+}
+
+/// Gated delta rule decode: `N = slots.len()` rows of `tokens_per_row = T >= 1` new tokens each.
+///
+/// Row `i` continues the sequence whose state is slot `slots[i]` of the pool; its tokens are rows
+/// `i*T .. i*T+T-1` of the inputs, processed in order with the state carried (T > 1: speculative
+/// verification). Per token and value head `hv` (key head `hv / (H_v/H_k)`), in f32:
+/// `g = -exp(a_log) * softplus(a + dt_bias)`, `beta = sigmoid(b)`, q/k L2-normalised if
+/// `opts.use_qk_l2norm`, `q *= scale` (`K^-0.5` by default),
+/// `S *= exp(g); delta = beta * (v - S^T k); S += k (x) delta; o = S^T q`.
+///
+/// Shapes (bf16 unless noted): `q`, `k` `[N*T, H_k, K]`; `v` `[N*T, H_v, V]`; `a`, `b`
+/// `[N*T, H_v]` (token strides per `strides`); `a_log`, `dt_bias` f32 `[H_v]`; `slots` i32 `[N]`
+/// (device); `state` f32 `[num_slots, H_v, K, V]` (V contiguous), updated in place; `out`
+/// `[N*T, H_v, V]` contiguous. `K`, `V` in {64, 128}. `q`, `k`, `v`, `state`, `out` 16-byte aligned.
+///
+/// Slots: `-1` = padding row (zero output, no state read or written). The kernel treats any
+/// device slot outside `0..num_slots` the same way, so it never touches memory outside the pool
+/// even for bad slot values. Pass `slots_host` (a host copy of `slots`, which the engine has when
+/// it fills its static slot buffer) to have every slot checked here: out of range or repeated live
+/// slots then fail with [`Error::Shape`] before anything is launched.
+///
+/// # Errors
+/// [`Error::Shape`] for any length, stride or alignment mismatch and for bad `slots_host`;
+/// [`Error::Unsupported`] for head dims outside {64, 128}; [`Error::DeviceMismatch`];
+/// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on error.
+#[allow(clippy::too_many_arguments)]
+pub fn decode(
+    stream: &CudaStream,
+    dims: GdrDims,
+    tokens_per_row: usize,
+    opts: GdrOptions,
+    strides: DecodeStrides,
+    q: &impl DevicePtr<bf16>,
+    k: &impl DevicePtr<bf16>,
+    v: &impl DevicePtr<bf16>,
+    a: &impl DevicePtr<bf16>,
+    b: &impl DevicePtr<bf16>,
+    a_log: &impl DevicePtr<f32>,
+    dt_bias: &impl DevicePtr<f32>,
+    slots: &impl DevicePtr<i32>,
+    slots_host: Option<&[i32]>,
+    state: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    let GdrDims { h_k, h_v, k: kd, v: vd } = dims;
+    if h_k == 0 || h_v == 0 || kd == 0 || vd == 0 {
+        return Err(Error::shape(OP, "dims", "non-zero h_k, h_v, k, v", format!("{dims:?}")));
+    }
+    if h_v % h_k != 0 {
+        return Err(Error::shape(OP, "dims", format!("h_v a multiple of h_k = {h_k}"), h_v));
+    }
+    if !matches!(kd, 64 | 128) || !matches!(vd, 64 | 128) {
+        return Err(Error::Unsupported {
+            op: OP,
+            what: format!("head dims K = {kd}, V = {vd} (supported: 64, 128)"),
+        });
+    }
+    if tokens_per_row == 0 {
+        return Err(Error::shape(OP, "tokens_per_row", ">= 1", 0));
+    }
+    let n = slots.len();
+    let rows = n * tokens_per_row;
+    let qs = validate::strided_len(OP, "q", q.len(), rows, h_k * kd, strides.q)?;
+    let ks = validate::strided_len(OP, "k", k.len(), rows, h_k * kd, strides.k)?;
+    let vs = validate::strided_len(OP, "v", v.len(), rows, h_v * vd, strides.v)?;
+    for (arg, s) in [("q", qs), ("k", ks), ("v", vs)] {
+        if s % 8 != 0 {
+            return Err(Error::shape(OP, arg, "a token stride that is a multiple of 8", s));
+        }
+    }
+    let abs = validate::strided_len(OP, "a", a.len(), rows, h_v, strides.ab)?;
+    validate::strided_len(OP, "b", b.len(), rows, h_v, strides.ab)?;
+    validate::len(OP, "a_log", a_log.len(), h_v)?;
+    validate::len(OP, "dt_bias", dt_bias.len(), h_v)?;
+    validate::len(OP, "out", out.len(), rows * h_v * vd)?;
+    let per_slot = dims.state_per_slot();
+    if state.len() % per_slot != 0 || (n > 0 && state.len() == 0) {
+        return Err(Error::shape(
+            OP,
+            "state",
+            format!("a non-empty multiple of H_v*K*V = {per_slot}"),
+            state.len(),
+        ));
+    }
+    let num_slots = state.len() / per_slot;
+    if let Some(h) = slots_host {
+        validate::slots_host(OP, h, n, num_slots)?;
+    }
+    same_context(OP, "q", stream, q)?;
+    same_context(OP, "k", stream, k)?;
+    same_context(OP, "v", stream, v)?;
+    same_context(OP, "a", stream, a)?;
+    same_context(OP, "b", stream, b)?;
+    same_context(OP, "a_log", stream, a_log)?;
+    same_context(OP, "dt_bias", stream, dt_bias)?;
+    same_context(OP, "slots", stream, slots)?;
+    same_context(OP, "state", stream, state)?;
+    same_context(OP, "out", stream, out)?;
+    if n == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    let (qp, _g1) = q.device_ptr(stream);
+    let (kp, _g2) = k.device_ptr(stream);
+    let (vp, _g3) = v.device_ptr(stream);
+    let (ap, _g4) = a.device_ptr(stream);
+    let (bp, _g5) = b.device_ptr(stream);
+    let (alp, _g6) = a_log.device_ptr(stream);
+    let (dtp, _g7) = dt_bias.device_ptr(stream);
+    let (sp, _g8) = slots.device_ptr(stream);
+    let (stp, _g9) = state.device_ptr_mut(stream);
+    let (op, _g10) = out.device_ptr_mut(stream);
+    for (arg, p) in [("q", qp), ("k", kp), ("v", vp), ("state", stp), ("out", op)] {
+        validate::aligned(OP, arg, p, 16)?;
+    }
+    validate::aligned(OP, "a", ap, 2)?;
+    validate::aligned(OP, "b", bp, 2)?;
+    let params = ffi::DkGdrDecodeParams {
+        q: qp,
+        k: kp,
+        v: vp,
+        a: ap,
+        b: bp,
+        a_log: alp,
+        dt_bias: dtp,
+        slots: sp,
+        state: stp,
+        out: op,
+        n: validate::i64_of(OP, "slots", n)?,
+        t: validate::i64_of(OP, "tokens_per_row", tokens_per_row)?,
+        h_k: h_k as i64,
+        h_v: h_v as i64,
+        k_dim: kd as i64,
+        v_dim: vd as i64,
+        num_slots: validate::i64_of(OP, "state", num_slots)?,
+        q_stride: qs as i64,
+        k_stride: ks as i64,
+        v_stride: vs as i64,
+        ab_stride: abs as i64,
+        scale: opts.scale.unwrap_or_else(|| 1.0 / (kd as f32).sqrt()),
+        use_qk_l2norm: i32::from(opts.use_qk_l2norm),
+    };
+    // SAFETY: every pointer is a live device allocation in the stream's context (checked above),
+    // sized for the shapes in `params` (lengths checked above) and borrowed until the launch is
+    // enqueued; the kernel only touches slots in 0..num_slots.
+    check(OP, unsafe { ffi::dk_gdr_decode(&raw const params, raw_stream(stream)) })
+}

@@ -1,0 +1,43 @@
+//! `gdr.*`: gated delta rule kernels (the linear-attention core of Qwen3.5 / Qwen3-Next
+//! `Qwen3_5GatedDeltaNet` layers). CPU twins: `deltakit_ref::gdr`.
+
+pub mod decode;
+
+pub use decode::{decode, DecodeStrides};
+
+/// Head counts and head dims of a GDR layer (per rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdrDims {
+    /// Number of key (and query) heads `H_k`.
+    pub h_k: usize,
+    /// Number of value heads `H_v`; a multiple of `h_k`.
+    pub h_v: usize,
+    /// Key head dim `K`.
+    pub k: usize,
+    /// Value head dim `V` (may differ from `K`).
+    pub v: usize,
+}
+
+impl GdrDims {
+    /// Elements of one slot of the state pool: `H_v * K * V`.
+    #[must_use]
+    pub fn state_per_slot(&self) -> usize {
+        self.h_v * self.k * self.v
+    }
+}
+
+/// Options of the GDR ops (HF `use_qk_l2norm_in_kernel`, FLA `scale`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdrOptions {
+    /// L2-normalise q and k over K (`x * rsqrt(sum x^2 + 1e-6)`, f32) before use.
+    pub use_qk_l2norm: bool,
+    /// Multiplier applied to q after the L2 norm; `None` = `K^-0.5`.
+    pub scale: Option<f32>,
+}
+
+impl Default for GdrOptions {
+    /// `use_qk_l2norm = true`, `scale = None` (K^-0.5): what Qwen3.5 uses.
+    fn default() -> Self {
+        Self { use_qk_l2norm: true, scale: None }
+    }
+}

@@ -1,0 +1,92 @@
+//! Argument checks shared by the wrappers of `gdr.decode`, `conv1d.*` and `norm.*`.
+
+use crate::error::{Error, Result};
+
+/// `got == expected` for a buffer length.
+pub(crate) fn len(op: &'static str, arg: &'static str, got: usize, expected: usize) -> Result<()> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(Error::shape(op, arg, format!("len {expected}"), got))
+    }
+}
+
+/// A strided `[rows, row_len]` view with `stride` elements between rows: the buffer must hold
+/// `(rows - 1) * stride + row_len` elements (exactly `rows * row_len` when contiguous).
+pub(crate) fn strided_len(
+    op: &'static str,
+    arg: &'static str,
+    got: usize,
+    rows: usize,
+    row_len: usize,
+    stride: Option<usize>,
+) -> Result<usize> {
+    match stride {
+        None => {
+            len(op, arg, got, rows * row_len)?;
+            Ok(row_len)
+        }
+        Some(s) => {
+            if s < row_len {
+                return Err(Error::shape(op, arg, format!("row stride >= {row_len}"), s));
+            }
+            let need = if rows == 0 { 0 } else { (rows - 1) * s + row_len };
+            if got < need {
+                return Err(Error::shape(
+                    op,
+                    arg,
+                    format!("len >= {need} ({rows} rows of {row_len}, stride {s})"),
+                    got,
+                ));
+            }
+            Ok(s)
+        }
+    }
+}
+
+/// Device address `p` must be a multiple of `align` bytes.
+pub(crate) fn aligned(op: &'static str, arg: &'static str, p: u64, align: u64) -> Result<()> {
+    if p % align == 0 {
+        Ok(())
+    } else {
+        Err(Error::shape(op, arg, format!("a {align}-byte aligned address"), format!("{p:#x}")))
+    }
+}
+
+/// Host copy of device slot indices: length `n`, each `-1` or in `0..num_slots`, live ones distinct.
+pub(crate) fn slots_host(
+    op: &'static str,
+    slots: &[i32],
+    n: usize,
+    num_slots: usize,
+) -> Result<()> {
+    len(op, "slots_host", slots.len(), n)?;
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    for (i, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            continue;
+        }
+        if s < 0 || s as usize >= num_slots {
+            return Err(Error::shape(
+                op,
+                "slots",
+                format!("each slot -1 or in 0..{num_slots}"),
+                format!("slots[{i}] = {s}"),
+            ));
+        }
+        if !seen.insert(s) {
+            return Err(Error::shape(
+                op,
+                "slots",
+                "distinct live slots",
+                format!("slot {s} repeated at row {i}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Converts a size to the C ABI's `int64_t`.
+pub(crate) fn i64_of(op: &'static str, arg: &'static str, v: usize) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::shape(op, arg, "a size that fits in i64", v))
+}

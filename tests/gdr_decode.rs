@@ -1,0 +1,520 @@
+//! GPU test: `gdr.decode` (CUDA C++) vs `deltakit_ref::gdr::{gating, decode, recurrent_prefill}`.
+//!
+//! Each case: fresh random bf16 q/k/v/a/b, f32 A_log/dt_bias and a random f32 state pool whose
+//! live slots are a random subset (the rest are canaries that must stay bit-identical); outputs
+//! poisoned with NaN. Errors are `||gpu - ref|| / ||ref||`: out (bf16) <= 1e-2, state (f32) <= 1e-3.
+//! `DELTAKIT_SANITIZE=1` (set for compute-sanitizer runs) drops the batch-64 cases.
+mod common;
+
+use std::sync::Arc;
+
+use deltakit::cudarc::driver::{CudaSlice, CudaStream};
+use deltakit::ops::gdr::{decode, DecodeStrides, GdrDims, GdrOptions};
+use deltakit::testing::{gpu_or_skip, rel_err};
+use deltakit_ref::gdr as rgdr;
+use half::bf16;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+const OUT_TOL: f64 = 1e-2;
+const STATE_TOL: f64 = 1e-3;
+
+fn sanitize() -> bool {
+    std::env::var("DELTAKIT_SANITIZE").is_ok_and(|v| v == "1")
+}
+
+fn bf16_vec(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<bf16> {
+    (0..n).map(|_| bf16::from_f32(rng.gen_range(lo..hi))).collect()
+}
+
+fn f32_vec(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+}
+
+fn to_f32(x: &[bf16]) -> Vec<f32> {
+    x.iter().map(|v| v.to_f32()).collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Gates {
+    /// a, b, A_log, dt_bias of ordinary size.
+    Normal,
+    /// a + dt_bias = -110: softplus underflows, g = 0 (no decay).
+    Zero,
+    /// a + dt_bias ~ +50 with A_log = 3: g ~ -1000, exp(g) = 0 (full reset); b = +-30.
+    Huge,
+    /// A_log = 12 (exp = 1.6e5), ordinary a: exp(g) = 0 or tiny.
+    LargeALog,
+}
+
+struct Inputs {
+    q: Vec<bf16>,
+    k: Vec<bf16>,
+    v: Vec<bf16>,
+    a: Vec<bf16>,
+    b: Vec<bf16>,
+    a_log: Vec<f32>,
+    dt_bias: Vec<f32>,
+}
+
+fn make_inputs(rng: &mut StdRng, d: GdrDims, rows: usize, gates: Gates) -> Inputs {
+    let q = bf16_vec(rng, rows * d.h_k * d.k, -1.0, 1.0);
+    let k = bf16_vec(rng, rows * d.h_k * d.k, -1.0, 1.0);
+    let v = bf16_vec(rng, rows * d.h_v * d.v, -1.0, 1.0);
+    let (a, b, a_log, dt_bias) = match gates {
+        Gates::Normal => (
+            bf16_vec(rng, rows * d.h_v, -3.0, 3.0),
+            bf16_vec(rng, rows * d.h_v, -3.0, 3.0),
+            f32_vec(rng, d.h_v, -2.0, 1.0),
+            f32_vec(rng, d.h_v, -1.0, 1.0),
+        ),
+        Gates::Zero => (
+            vec![bf16::from_f32(-100.0); rows * d.h_v],
+            bf16_vec(rng, rows * d.h_v, -3.0, 3.0),
+            f32_vec(rng, d.h_v, -1.0, 1.0),
+            vec![-10.0; d.h_v],
+        ),
+        Gates::Huge => (
+            bf16_vec(rng, rows * d.h_v, 48.0, 52.0),
+            (0..rows * d.h_v)
+                .map(|i| bf16::from_f32(if i % 2 == 0 { 30.0 } else { -30.0 }))
+                .collect(),
+            vec![3.0; d.h_v],
+            f32_vec(rng, d.h_v, -1.0, 1.0),
+        ),
+        Gates::LargeALog => (
+            bf16_vec(rng, rows * d.h_v, -3.0, 3.0),
+            bf16_vec(rng, rows * d.h_v, -3.0, 3.0),
+            vec![12.0; d.h_v],
+            f32_vec(rng, d.h_v, -1.0, 1.0),
+        ),
+    };
+    Inputs { q, k, v, a, b, a_log, dt_bias }
+}
+
+/// Reference: gating, then decode (T = 1) or recurrent_prefill over rows of T tokens.
+fn reference(
+    inp: &Inputs,
+    d: GdrDims,
+    t: usize,
+    slots: &[i32],
+    l2: bool,
+    state: &mut [f32],
+) -> Vec<bf16> {
+    let rows = slots.len() * t;
+    let mut g = vec![0f32; rows * d.h_v];
+    let mut beta = vec![0f32; rows * d.h_v];
+    rgdr::gating(&to_f32(&inp.a), &to_f32(&inp.b), &inp.a_log, &inp.dt_bias, &mut g, &mut beta)
+        .unwrap();
+    let ri = rgdr::GdrInputs { q: &inp.q, k: &inp.k, v: &inp.v, g: &g, beta: &beta };
+    let rd = rgdr::GdrDims { h_k: d.h_k, h_v: d.h_v, k: d.k, v: d.v };
+    let ro = rgdr::GdrOptions { use_qk_l2norm: l2, scale: None };
+    let mut out = vec![bf16::ZERO; rows * d.h_v * d.v];
+    if t == 1 {
+        rgdr::decode(&ri, rd, slots, ro, state, &mut out).unwrap();
+    } else {
+        let cu: Vec<i32> = (0..=slots.len()).map(|i| (i * t) as i32).collect();
+        rgdr::recurrent_prefill(
+            &ri,
+            rd,
+            deltakit_ref::Varlen::new(&cu, slots),
+            ro,
+            state,
+            &mut out,
+        )
+        .unwrap();
+    }
+    out
+}
+
+struct Dev {
+    q: CudaSlice<bf16>,
+    k: CudaSlice<bf16>,
+    v: CudaSlice<bf16>,
+    a: CudaSlice<bf16>,
+    b: CudaSlice<bf16>,
+    a_log: CudaSlice<f32>,
+    dt_bias: CudaSlice<f32>,
+}
+
+fn upload(stream: &Arc<CudaStream>, inp: &Inputs) -> Dev {
+    Dev {
+        q: stream.clone_htod(&inp.q).unwrap(),
+        k: stream.clone_htod(&inp.k).unwrap(),
+        v: stream.clone_htod(&inp.v).unwrap(),
+        a: stream.clone_htod(&inp.a).unwrap(),
+        b: stream.clone_htod(&inp.b).unwrap(),
+        a_log: stream.clone_htod(&inp.a_log).unwrap(),
+        dt_bias: stream.clone_htod(&inp.dt_bias).unwrap(),
+    }
+}
+
+/// Slot layout: `n` rows over a pool with canary slots; rows in `pad` get slot -1 (device slot
+/// `dev_pad` for those rows, e.g. -1 or an out-of-range value).
+fn slot_layout(rng: &mut StdRng, n: usize, pad: &[usize]) -> (Vec<i32>, usize) {
+    let num_slots = n + n / 4 + 2;
+    let mut all: Vec<i32> = (0..num_slots as i32).collect();
+    all.shuffle(rng);
+    let mut slots: Vec<i32> = all[..n].to_vec();
+    for &p in pad {
+        slots[p] = -1;
+    }
+    (slots, num_slots)
+}
+
+struct CaseResult {
+    out_err: f64,
+    state_err: f64,
+}
+
+/// Runs one case and checks everything; returns the errors.
+#[allow(clippy::too_many_arguments)]
+fn run_case(
+    stream: &Arc<CudaStream>,
+    case: u64,
+    d: GdrDims,
+    n: usize,
+    t: usize,
+    l2: bool,
+    gates: Gates,
+    pad: &[usize],
+    dev_pad: i32,
+) -> CaseResult {
+    let (mut rng, seed) = common::rng(case);
+    let rows = n * t;
+    let mut inp = make_inputs(&mut rng, d, rows, gates);
+    if !l2 {
+        // Without the in-kernel L2 norm keys are expected normalised upstream: keep |k| ~ 1 so
+        // the delta rule stays contractive (beta * |k|^2 < 2), as in a real model.
+        for x in inp.q.iter_mut().chain(inp.k.iter_mut()) {
+            *x = bf16::from_f32(x.to_f32() * 0.15);
+        }
+    }
+    let (slots, num_slots) = slot_layout(&mut rng, n, pad);
+    let per_slot = d.state_per_slot();
+    let state0 = f32_vec(&mut rng, num_slots * per_slot, -1.0, 1.0);
+    let mut ref_state = state0.clone();
+    let ref_out = reference(&inp, d, t, &slots, l2, &mut ref_state);
+
+    let dev = upload(stream, &inp);
+    let dev_slots_host: Vec<i32> =
+        slots.iter().map(|&s| if s == -1 { dev_pad } else { s }).collect();
+    let dslots = stream.clone_htod(&dev_slots_host).unwrap();
+    let mut dstate = stream.clone_htod(&state0).unwrap();
+    let mut dout = stream.clone_htod(&vec![bf16::NAN; rows * d.h_v * d.v]).unwrap();
+    let host_check = if dev_pad == -1 { Some(slots.as_slice()) } else { None };
+    decode(
+        stream,
+        d,
+        t,
+        GdrOptions { use_qk_l2norm: l2, scale: None },
+        DecodeStrides::default(),
+        &dev.q,
+        &dev.k,
+        &dev.v,
+        &dev.a,
+        &dev.b,
+        &dev.a_log,
+        &dev.dt_bias,
+        &dslots,
+        host_check,
+        &mut dstate,
+        &mut dout,
+    )
+    .unwrap();
+    let out = to_f32(&stream.clone_dtoh(&dout).unwrap());
+    let state = stream.clone_dtoh(&dstate).unwrap();
+    let ctx = format!("{d:?} n={n} t={t} l2={l2} gates={gates:?} pad={pad:?} seed={seed}");
+
+    // Padding rows: exact zeros.
+    for (i, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            let o = &out[i * t * d.h_v * d.v..(i + 1) * t * d.h_v * d.v];
+            assert!(o.iter().all(|&x| x.to_bits() == 0), "{ctx}: padding row {i} not zero");
+        }
+    }
+    // Canary slots (not live): bit-identical.
+    let live: Vec<usize> = slots.iter().filter(|&&s| s >= 0).map(|&s| s as usize).collect();
+    for s in 0..num_slots {
+        if !live.contains(&s) {
+            let r = s * per_slot..(s + 1) * per_slot;
+            assert!(
+                state[r.clone()].iter().zip(&state0[r]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{ctx}: canary slot {s} changed"
+            );
+        }
+    }
+    let out_err = rel_err(&out, &to_f32(&ref_out));
+    let (mut got_s, mut ref_s) = (Vec::new(), Vec::new());
+    for &s in &live {
+        got_s.extend_from_slice(&state[s * per_slot..(s + 1) * per_slot]);
+        ref_s.extend_from_slice(&ref_state[s * per_slot..(s + 1) * per_slot]);
+    }
+    let state_err = if live.is_empty() { 0.0 } else { rel_err(&got_s, &ref_s) };
+    assert!(out_err <= OUT_TOL, "{ctx}: out rel err {out_err}");
+    assert!(state_err <= STATE_TOL, "{ctx}: state rel err {state_err}");
+    CaseResult { out_err, state_err }
+}
+
+fn report(name: &str, worst: (f64, f64)) {
+    println!("MAXERR gdr.decode {name}: out {:.3e} state {:.3e}", worst.0, worst.1);
+}
+
+fn fold(w: &mut (f64, f64), r: &CaseResult) {
+    w.0 = w.0.max(r.out_err);
+    w.1 = w.1.max(r.state_err);
+}
+
+#[test]
+fn decode_qwen35_shapes() {
+    let Some(ctx) = gpu_or_skip("decode_qwen35_shapes") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let batches: &[usize] = if sanitize() { &[1, 7] } else { &[1, 7, 64] };
+    let mut case = 0;
+    for (h_k, h_v) in [(16, 32), (16, 48), (8, 24), (4, 12)] {
+        for &n in batches {
+            case += 1;
+            let d = GdrDims { h_k, h_v, k: 128, v: 128 };
+            let r = run_case(&stream, case, d, n, 1, true, Gates::Normal, &[], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("qwen35 shapes (K=V=128, T=1, batch 1/7/64)", worst);
+}
+
+#[test]
+fn decode_small_shapes_kv_ratio_tokens_l2() {
+    let Some(ctx) = gpu_or_skip("decode_small_shapes_kv_ratio_tokens_l2") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 100;
+    for (k, v) in [(128, 64), (64, 128), (64, 64), (128, 128)] {
+        for ratio in [1, 2, 3] {
+            for t in [1, 2, 4] {
+                for l2 in [true, false] {
+                    case += 1;
+                    let d = GdrDims { h_k: 2, h_v: 2 * ratio, k, v };
+                    let r = run_case(&stream, case, d, 5, t, l2, Gates::Normal, &[], -1);
+                    fold(&mut worst, &r);
+                }
+            }
+        }
+    }
+    // Batches large enough for the wide-tile T = 1 configuration (>= 512 row x head x 64-column
+    // tiles), for every (K, V).
+    for (k, v) in [(128, 64), (64, 128), (64, 64), (128, 128)] {
+        for l2 in [true, false] {
+            case += 1;
+            let d = GdrDims { h_k: 4, h_v: 12, k, v };
+            let r = run_case(&stream, case, d, 48, 1, l2, Gates::Normal, &[3, 17], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("K!=V, H_v/H_k 1..3, T 1/2/4, l2 on/off, both tile configs", worst);
+}
+
+#[test]
+fn decode_extreme_gates() {
+    let Some(ctx) = gpu_or_skip("decode_extreme_gates") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 300;
+    for gates in [Gates::Zero, Gates::Huge, Gates::LargeALog] {
+        for t in [1, 3] {
+            for (k, v) in [(128, 128), (64, 128)] {
+                case += 1;
+                let d = GdrDims { h_k: 2, h_v: 6, k, v };
+                let r = run_case(&stream, case, d, 4, t, true, gates, &[], -1);
+                fold(&mut worst, &r);
+            }
+        }
+    }
+    report("extreme gates (g = 0, g = -1000, A_log = 12; beta saturated)", worst);
+}
+
+#[test]
+fn decode_padding_rows_and_canaries() {
+    let Some(ctx) = gpu_or_skip("decode_padding_rows_and_canaries") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 400;
+    for t in [1, 2] {
+        for &(n, ref pad) in &[(9usize, vec![1usize, 4, 8]), (3, vec![0, 1, 2]), (6, vec![0])] {
+            case += 1;
+            let d = GdrDims { h_k: 4, h_v: 12, k: 128, v: 128 };
+            let r = run_case(&stream, case, d, n, t, true, Gates::Normal, pad, -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("padding rows (-1) + canary slots", worst);
+}
+
+#[test]
+fn decode_out_of_range_device_slot_is_padding() {
+    // Without a host copy the wrapper cannot check device slots; the kernel must then treat
+    // out-of-range values as padding and never touch memory outside the pool.
+    let Some(ctx) = gpu_or_skip("decode_out_of_range_device_slot_is_padding") else { return };
+    let stream = ctx.default_stream();
+    let d = GdrDims { h_k: 2, h_v: 4, k: 64, v: 128 };
+    for (case, bad) in [(500u64, 1_000_000i32), (501, i32::MIN), (502, -7)] {
+        run_case(&stream, case, d, 5, 2, true, Gates::Normal, &[1, 3], bad);
+    }
+}
+
+#[test]
+fn decode_strided_inputs() {
+    // q, k, v as column views of one packed conv output [rows, 2*H_k*K + H_v*V + 8]; a and b as
+    // the two halves of one [rows, 2*H_v] buffer.
+    let Some(ctx) = gpu_or_skip("decode_strided_inputs") else { return };
+    let stream = ctx.default_stream();
+    let d = GdrDims { h_k: 2, h_v: 6, k: 128, v: 64 };
+    let (n, t) = (4usize, 2usize);
+    let rows = n * t;
+    let (mut rng, seed) = common::rng(600);
+    let inp = make_inputs(&mut rng, d, rows, Gates::Normal);
+    let (slots, num_slots) = slot_layout(&mut rng, n, &[2]);
+    let (qk, vw) = (d.h_k * d.k, d.h_v * d.v);
+    let width = 2 * qk + vw + 8;
+    let mut packed = vec![bf16::ZERO; rows * width];
+    let mut ab = vec![bf16::ZERO; rows * 2 * d.h_v];
+    for r in 0..rows {
+        packed[r * width..r * width + qk].copy_from_slice(&inp.q[r * qk..(r + 1) * qk]);
+        packed[r * width + qk..r * width + 2 * qk].copy_from_slice(&inp.k[r * qk..(r + 1) * qk]);
+        packed[r * width + 2 * qk..r * width + 2 * qk + vw]
+            .copy_from_slice(&inp.v[r * vw..(r + 1) * vw]);
+        ab[r * 2 * d.h_v..r * 2 * d.h_v + d.h_v]
+            .copy_from_slice(&inp.a[r * d.h_v..(r + 1) * d.h_v]);
+        ab[r * 2 * d.h_v + d.h_v..(r + 1) * 2 * d.h_v]
+            .copy_from_slice(&inp.b[r * d.h_v..(r + 1) * d.h_v]);
+    }
+    let per_slot = d.state_per_slot();
+    let state0 = f32_vec(&mut rng, num_slots * per_slot, -1.0, 1.0);
+    let mut ref_state = state0.clone();
+    let ref_out = reference(&inp, d, t, &slots, true, &mut ref_state);
+    let dp = stream.clone_htod(&packed).unwrap();
+    let dab = stream.clone_htod(&ab).unwrap();
+    let dal = stream.clone_htod(&inp.a_log).unwrap();
+    let ddt = stream.clone_htod(&inp.dt_bias).unwrap();
+    let dslots = stream.clone_htod(&slots).unwrap();
+    let mut dstate = stream.clone_htod(&state0).unwrap();
+    let mut dout = stream.clone_htod(&vec![bf16::NAN; rows * vw]).unwrap();
+    let strides =
+        DecodeStrides { q: Some(width), k: Some(width), v: Some(width), ab: Some(2 * d.h_v) };
+    decode(
+        &stream,
+        d,
+        t,
+        GdrOptions::default(),
+        strides,
+        &dp.slice(..),
+        &dp.slice(qk..),
+        &dp.slice(2 * qk..),
+        &dab.slice(..),
+        &dab.slice(d.h_v..),
+        &dal,
+        &ddt,
+        &dslots,
+        Some(&slots),
+        &mut dstate,
+        &mut dout,
+    )
+    .unwrap();
+    let out = to_f32(&stream.clone_dtoh(&dout).unwrap());
+    let state = stream.clone_dtoh(&dstate).unwrap();
+    let oe = rel_err(&out, &to_f32(&ref_out));
+    let se = rel_err(&state, &ref_state);
+    println!("MAXERR gdr.decode strided inputs: out {oe:.3e} state {se:.3e}");
+    assert!(oe <= OUT_TOL && se <= STATE_TOL, "seed={seed}: out {oe} state {se}");
+}
+
+#[test]
+fn decode_rejects_bad_arguments() {
+    let Some(ctx) = gpu_or_skip("decode_rejects_bad_arguments") else { return };
+    let stream = ctx.default_stream();
+    let d = GdrDims { h_k: 2, h_v: 4, k: 64, v: 64 };
+    let (n, t) = (3usize, 1usize);
+    let (mut rng, _) = common::rng(700);
+    let inp = make_inputs(&mut rng, d, n * t, Gates::Normal);
+    let dev = upload(&stream, &inp);
+    let num_slots = 4;
+    let state0 = f32_vec(&mut rng, num_slots * d.state_per_slot(), -1.0, 1.0);
+    let mut dstate = stream.clone_htod(&state0).unwrap();
+    let mut dout = stream.clone_htod(&vec![bf16::NAN; n * d.h_v * d.v]).unwrap();
+    let slots = vec![0i32, 2, 3];
+    let dslots = stream.clone_htod(&slots).unwrap();
+    let short = stream.clone_htod(&inp.q[1..]).unwrap();
+    let opts = GdrOptions::default();
+    let st = DecodeStrides::default();
+
+    macro_rules! call {
+        ($d:expr, $t:expr, $st:expr, $q:expr, $a_log:expr, $host:expr, $state:expr, $out:expr) => {
+            decode(
+                &stream,
+                $d,
+                $t,
+                opts,
+                $st,
+                $q,
+                &dev.k,
+                &dev.v,
+                &dev.a,
+                &dev.b,
+                $a_log,
+                &dev.dt_bias,
+                &dslots,
+                $host,
+                $state,
+                $out,
+            )
+        };
+    }
+    let shape_arg = |e: deltakit::Error| match e {
+        deltakit::Error::Shape { arg, .. } => arg,
+        other => panic!("expected Error::Shape, got {other}"),
+    };
+    // Wrong q length.
+    let e = call!(d, t, st, &short, &dev.a_log, Some(&slots[..]), &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "q");
+    // Wrong out length.
+    let mut short_out = stream.clone_htod(&vec![bf16::NAN; n * d.h_v * d.v - 1]).unwrap();
+    let e = call!(d, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut short_out);
+    assert_eq!(shape_arg(e.unwrap_err()), "out");
+    // a_log of the wrong length.
+    let e = call!(d, t, st, &dev.q, &dev.dt_bias.slice(1..), None, &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "a_log");
+    // State pool not a whole number of slots.
+    let mut bad_state = stream.clone_htod(&state0[1..]).unwrap();
+    let e = call!(d, t, st, &dev.q, &dev.a_log, None, &mut bad_state, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "state");
+    // Out-of-range and duplicate slots (host copy).
+    let e = call!(d, t, st, &dev.q, &dev.a_log, Some(&[0, 4, 1][..]), &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "slots");
+    let e = call!(d, t, st, &dev.q, &dev.a_log, Some(&[0, 2, 0][..]), &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "slots");
+    let e = call!(d, t, st, &dev.q, &dev.a_log, Some(&[0, 2][..]), &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "slots_host");
+    // tokens_per_row = 0 and a token count that does not match.
+    let e = call!(d, 0, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "tokens_per_row");
+    let e = call!(d, 2, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "q");
+    // H_v not a multiple of H_k; unsupported head dim.
+    let e = call!(GdrDims { h_k: 3, ..d }, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "dims");
+    let e = call!(GdrDims { k: 96, ..d }, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
+    assert!(matches!(e, Err(deltakit::Error::Unsupported { .. })), "{e:?}");
+    // Misaligned q (view starting one element in) with an explicit stride.
+    let st2 = DecodeStrides { q: Some(d.h_k * d.k), ..st };
+    let e = call!(d, t, st2, &dev.q.slice(1..), &dev.a_log, None, &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "q");
+    // Stride not a multiple of 8.
+    let st3 = DecodeStrides { v: Some(d.h_v * d.v + 4), ..st };
+    let e = call!(d, t, st3, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
+    assert_eq!(shape_arg(e.unwrap_err()), "v");
+
+    assert!(stream.clone_dtoh(&dout).unwrap().iter().all(|x| x.is_nan()), "out written on error");
+    let s = stream.clone_dtoh(&dstate).unwrap();
+    assert!(s.iter().zip(&state0).all(|(a, b)| a.to_bits() == b.to_bits()), "state written");
+}

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Developer harness for triton_aot/attn/attention.py on a GPU host with torch + triton (JIT):
+correctness against a float64 torch reference over a random paged cache, then timings against
+torch SDPA. Not part of the test suite (the Rust GPU tests are); used to iterate on the kernels.
+
+    python3 tools/dev_attn_check.py [--bench]
+"""
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+HERE = Path(__file__).resolve().parent
+spec = importlib.util.spec_from_file_location("attention", HERE.parent / "triton_aot/attn/attention.py")
+A = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(A)
+
+CFG = {128: dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+       256: dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2)}
+DEC = {128: dict(BLOCK_N=64, num_warps=4, num_stages=2), 256: dict(BLOCK_N=32, num_warps=4, num_stages=2)}
+
+
+def make_batch(lens, ctxs, hq, hkv, hd, page_size, gen, extra_pages=7):
+    dev = "cuda"
+    n = len(lens)
+    totals = [c + l for c, l in zip(ctxs, lens)]
+    max_pages = max(1, max(math.ceil(t / page_size) for t in totals))
+    need = sum(math.ceil(t / page_size) for t in totals)
+    num_pages = need + extra_pages
+    perm = torch.randperm(num_pages, generator=gen).tolist()
+    table = torch.full((n, max_pages), -1, dtype=torch.int32)
+    k_cache = torch.randn(num_pages, page_size, hkv, hd, generator=gen).to(torch.bfloat16)
+    v_cache = torch.randn(num_pages, page_size, hkv, hd, generator=gen).to(torch.bfloat16)
+    it = iter(perm)
+    for i, t in enumerate(totals):
+        for j in range(math.ceil(t / page_size)):
+            table[i, j] = next(it)
+    T = sum(lens)
+    q = torch.randn(T, hq, hd, generator=gen).to(torch.bfloat16)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32)
+    return dict(q=q.to(dev), k=k_cache.to(dev), v=v_cache.to(dev), table=table.to(dev), cu=cu.to(dev),
+                ctx=torch.tensor(ctxs, dtype=torch.int32).to(dev), max_pages=max_pages, num_pages=num_pages,
+                page_size=page_size, lens=lens, ctxs=ctxs, table_cpu=table)
+
+
+def gather(b, i, total):
+    ps = b["page_size"]
+    pos = torch.arange(total)
+    pages = b["table_cpu"][i, pos // ps].long()
+    rows = (pages * ps + pos % ps).to(b["k"].device)
+    k = b["k"].reshape(-1, *b["k"].shape[2:])[rows]
+    v = b["v"].reshape(-1, *b["v"].shape[2:])[rows]
+    return k, v  # [total, hkv, hd]
+
+
+def ref_prefill(b, hq, hkv, hd):
+    out = torch.zeros_like(b["q"], dtype=torch.float64)
+    cu = b["cu"].tolist()
+    for i, (l, c) in enumerate(zip(b["lens"], b["ctxs"])):
+        if c < 0 or l == 0:
+            continue
+        k, v = gather(b, i, c + l)
+        q = b["q"][cu[i]:cu[i + 1]].double()
+        g = hq // hkv
+        k = k.double().repeat_interleave(g, dim=1)
+        v = v.double().repeat_interleave(g, dim=1)
+        s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(hd)
+        qpos = c + torch.arange(l, device=q.device)
+        kpos = torch.arange(c + l, device=q.device)
+        s = s.masked_fill(kpos[None, None, :] > qpos[None, :, None], float("-inf"))
+        out[cu[i]:cu[i + 1]] = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v)
+    return out
+
+
+def run_prefill(b, hq, hkv, hd, cfg=None):
+    T = b["q"].shape[0]
+    cfg = cfg or CFG[hd]
+    out = torch.full_like(b["q"], float("nan"))
+    maxlen = max(b["lens"]) if b["lens"] else 0
+    mqb = max(1, triton.cdiv(maxlen, cfg["BLOCK_M"]))
+    grid = (len(b["lens"]) * mqb, hq)
+    A.attn_prefill_kernel[grid](b["q"], b["k"], b["v"], out, b["cu"], b["ctx"], b["table"], T, mqb,
+                                b["max_pages"], b["num_pages"], b["page_size"], hq, hkv, 1.0 / math.sqrt(hd),
+                                HD=hd, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out
+
+
+def decode_bufs(n, hq, hd, seqlens, splits):
+    sl = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
+    po = torch.empty(n, hq, splits, hd, dtype=torch.float32, device="cuda")
+    plse = torch.empty(n, hq, splits, dtype=torch.float32, device="cuda")
+    out = torch.full((n, hq, hd), float("nan"), dtype=torch.bfloat16, device="cuda")
+    return sl, po, plse, out
+
+
+def run_decode(b, hq, hkv, hd, seqlens, splits, cfg=None, bufs=None):
+    n = len(seqlens)
+    cfg = cfg or DEC[hd]
+    sl, po, plse, out = bufs or decode_bufs(n, hq, hd, seqlens, splits)
+    A.attn_decode_kernel[(n, hkv, splits)](b["qd"], b["k"], b["v"], po, plse, sl, b["table"], b["max_pages"],
+                                           b["num_pages"], b["page_size"], hq, hkv, splits, 1.0 / math.sqrt(hd),
+                                           HD=hd, BLOCK_N=cfg["BLOCK_N"], BLOCK_G=16,
+                                           num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    A.attn_decode_merge_kernel[(n, hq)](po, plse, out, sl, hq, splits, HD=hd, BLOCK_S=16, num_warps=4)
+    return out
+
+
+def rel(a, b):
+    a = a.double(); b = b.double()
+    if not torch.isfinite(a).all():
+        return float("inf")
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def check(quick=False):
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    shapes = [(24, 4, 256), (12, 2, 256), (16, 4, 128), (8, 8, 128), (6, 2, 128), (16, 1, 128)]
+    for hq, hkv, hd in (shapes[::2] if quick else shapes):
+        for lens, ctxs, ps in [([1], [0], 16), ([63, 64, 65], [0, 5, 100], 16), ([200, 1, 37], [0, 333, -1], 64),
+                               ([513], [1000], 32), ([7, 300], [0, 0], 1)]:
+            b = make_batch(lens, ctxs, hq, hkv, hd, ps, gen)
+            got = run_prefill(b, hq, hkv, hd)
+            ref = ref_prefill(b, hq, hkv, hd)
+            e = rel(got, ref)
+            # padding sequences must be exactly zero
+            cu = b["cu"].tolist()
+            for i, c in enumerate(ctxs):
+                if c < 0:
+                    assert bool((got[cu[i]:cu[i + 1]] == 0).all()), "padding not zero"
+            worst = max(worst, e)
+            print(f"prefill hq={hq} hkv={hkv} hd={hd} lens={lens} ctx={ctxs} ps={ps}: rel {e:.2e}")
+            # decode == last row of prefill: query = last new token of each live sequence
+            live = [i for i, c in enumerate(ctxs) if c >= 0 and lens[i] > 0]
+            b["qd"] = torch.stack([b["q"][cu[i + 1] - 1] for i in live] + [b["q"][0]])  # + a padding row
+            seqlens = [ctxs[i] + lens[i] for i in live] + [-1]
+            tab = b["table"]
+            b["table"] = torch.cat([tab[live], tab[:1]])
+            for splits in (1, 3, 8):
+                d = run_decode(b, hq, hkv, hd, seqlens, splits)
+                exp = torch.stack([ref[cu[i + 1] - 1] for i in live])
+                e2 = rel(d[:-1], exp)
+                assert bool((d[-1] == 0).all()), "decode padding row not zero"
+                worst = max(worst, e2)
+                print(f"  decode splits={splits}: rel {e2:.2e}")
+            b["table"] = tab
+    print(f"WORST rel err {worst:.2e}")
+    assert worst < 1e-2
+
+
+SWEEP = {256: [dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2), dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
+               dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2), dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+               dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)],
+         128: [dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
+               dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3), dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2)]}
+
+
+def bench():
+    gen = torch.Generator().manual_seed(1)
+    print("| shape | T | cfg | triton paged TFLOP/s | SDPA TFLOP/s | ratio |")
+    for hq, hkv, hd in [(24, 4, 256), (12, 2, 256), (32, 8, 128)]:
+      for cfg in SWEEP[hd]:
+        for T in (8192,) if cfg is not SWEEP[hd][0] or hd == 128 else (2048, 8192):
+            b = make_batch([T], [0], hq, hkv, hd, 16, gen, extra_pages=0)
+            flops = 4 * hq * T * T * hd / 2
+            try:
+                ms = triton.testing.do_bench(lambda: run_prefill(b, hq, hkv, hd, cfg), warmup=30, rep=150, return_mode="median")
+                got = run_prefill(b, hq, hkv, hd, cfg)
+            except Exception as e:  # out of resources
+                print(f"| {hq}/{hkv} hd{hd} | {T} | {cfg} | failed: {type(e).__name__} | | |")
+                continue
+            k, v = gather(b, 0, T)
+            qs = b["q"].transpose(0, 1)[None]
+            ks = k.transpose(0, 1)[None].contiguous()
+            vs = v.transpose(0, 1)[None].contiguous()
+            f = lambda: torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+            ms2 = triton.testing.do_bench(f, warmup=50, rep=300, return_mode="median")
+            e = rel(got, f().transpose(1, 2)[0])
+            print(f"| {hq}/{hkv} hd{hd} | {T} | {cfg} | {flops / ms / 1e9:.0f} | {flops / ms2 / 1e9:.0f} | {ms2 / ms:.2f} | err vs sdpa {e:.1e}")
+    print("| decode shape | ctx | batch | splits | GB/s KV read |")
+    for hq, hkv, hd in [(24, 4, 256)]:
+        for ctx in (4096, 32768):
+            for n in (1, 16, 64):
+                b = make_batch([1] * n, [ctx - 1] * n, hq, hkv, hd, 16, gen, extra_pages=0)
+                b["qd"] = b["q"]
+                seqlens = [ctx] * n
+                for bn, nw in ((32, 4), (64, 4), (64, 8), (128, 8)):
+                    for mult in (1, 2, 4):
+                        splits = max(1, min(128, (132 * mult) // (n * hkv)))
+                        bufs = decode_bufs(n, hq, hd, seqlens, splits)
+                        cfg = dict(BLOCK_N=bn, num_warps=nw, num_stages=2)
+                        try:
+                            ms = triton.testing.do_bench(lambda: run_decode(b, hq, hkv, hd, seqlens, splits, cfg, bufs),
+                                                         warmup=30, rep=150, return_mode="median")
+                        except Exception as e:
+                            print(f"| {hq}/{hkv} hd{hd} | {ctx} | {n} | {splits} | {cfg} failed {type(e).__name__} |")
+                            continue
+                        byts = 2 * n * ctx * hkv * hd * 2
+                        print(f"| {hq}/{hkv} hd{hd} | {ctx} | {n} | {splits} | {cfg} | {byts / ms / 1e6:.0f} | {ms*1e3:.1f} us |")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", action="store_true")
+    a = ap.parse_args()
+    check(quick=a.bench)
+    if a.bench:
+        bench()
