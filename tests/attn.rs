@@ -360,14 +360,15 @@ fn attention_rejects_bad_metadata() {
     let cl = b.kv.num_pages * 4 * 2 * 128;
     let kc = s.clone_htod(&vec![bf16::ONE; cl]).unwrap();
     let mut out = s.clone_htod(&vec![bf16::NAN; t * 4 * 128]).unwrap();
-    // A page id out of range.
-    b.table[1] = b.kv.num_pages as i32;
+    // A page id out of range (sequence 1's first page: a page it uses).
+    let orig = b.table[b.kv.max_pages];
+    b.table[b.kv.max_pages] = b.kv.num_pages as i32;
     let d = b.upload(&s);
     let e = attn::prefill(&s, &q, &kc, &kc, dims, b.kv, &b.view(&d), None, &mut out).unwrap_err();
     assert!(matches!(e, deltakit::Error::Shape { arg: "page_table", .. }), "{e}");
-    // cu_seqlens not ending at T.
-    b.table[1] = 0;
-    b.cu[2] = 6;
+    // Decreasing cu_seqlens that still end at T.
+    b.table[b.kv.max_pages] = orig;
+    b.cu[1] = 8;
     let d = b.upload(&s);
     let e = attn::prefill(&s, &q, &kc, &kc, dims, b.kv, &b.view(&d), None, &mut out).unwrap_err();
     assert!(matches!(e, deltakit::Error::Shape { arg: "cu_seqlens", .. }), "{e}");

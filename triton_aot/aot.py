@@ -128,7 +128,7 @@ def write_c(out: Path, entry: dict, fn, images) -> Path:
         lines.append(f"  {{{sm}, {1 if specific else 0}, \"{meta['symbol']}\", {var}, sizeof({var}), "
                      f"{meta['shared']}u, {meta['num_warps']}u}},")
     lines += ["};", "",
-              f"static dk_tr_kernel k_kernel = {{\"{name}\", k_images, {len(images)}, PTHREAD_MUTEX_INITIALIZER, 0, {{{{0}}}}}};",
+              f"static dk_tr_kernel k_kernel = {{\"{name}\", k_images, {len(images)}, PTHREAD_MUTEX_INITIALIZER, 0, 0, {{{{0}}}}}};",
               "", prototype(entry, fn) + " {"]
     for n in entry.get("divisible_by_16", []):
         lines.append(f"  if (((uint64_t){n}) % 16u != 0) return DK_ERR_INVALID_ARGUMENT;")

@@ -7,6 +7,7 @@
 
 typedef CUresult (*pfn_cuStreamGetCtx)(CUstream, CUcontext *);
 typedef CUresult (*pfn_cuCtxGetCurrent)(CUcontext *);
+typedef CUresult (*pfn_cuCtxGetId)(CUcontext, unsigned long long *);
 typedef CUresult (*pfn_cuCtxPushCurrent)(CUcontext);
 typedef CUresult (*pfn_cuCtxPopCurrent)(CUcontext *);
 typedef CUresult (*pfn_cuCtxGetDevice)(CUdevice *);
@@ -20,6 +21,7 @@ typedef CUresult (*pfn_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
 static struct {
   pfn_cuStreamGetCtx stream_get_ctx;
   pfn_cuCtxGetCurrent ctx_get_current;
+  pfn_cuCtxGetId ctx_get_id;
   pfn_cuCtxPushCurrent ctx_push;
   pfn_cuCtxPopCurrent ctx_pop;
   pfn_cuCtxGetDevice ctx_get_device;
@@ -44,6 +46,7 @@ static void drv_init(void) {
   int s = 0;
   if (!s) s = load_one("cuStreamGetCtx", (void **)&g_drv.stream_get_ctx);
   if (!s) s = load_one("cuCtxGetCurrent", (void **)&g_drv.ctx_get_current);
+  if (!s) s = load_one("cuCtxGetId", (void **)&g_drv.ctx_get_id);
   if (!s) s = load_one("cuCtxPushCurrent", (void **)&g_drv.ctx_push);
   if (!s) s = load_one("cuCtxPopCurrent", (void **)&g_drv.ctx_pop);
   if (!s) s = load_one("cuCtxGetDevice", (void **)&g_drv.ctx_get_device);
@@ -76,8 +79,7 @@ static const dk_tr_image *pick_image(const dk_tr_kernel *k, int sm) {
 }
 
 /* Loads k into ctx (which the caller made current). Caller holds k->lock. */
-static dk_status load_into(dk_tr_kernel *k, CUcontext ctx, dk_tr_slot **out) {
-  if (k->num_cached >= DK_TR_MAX_CONTEXTS) return DK_ERR_UNSUPPORTED;
+static dk_status load_into(dk_tr_kernel *k, CUcontext ctx, unsigned long long ctx_id, dk_tr_slot **out) {
   CUdevice dev;
   CUresult r = g_drv.ctx_get_device(&dev);
   if (r != CUDA_SUCCESS) return fail((int)r);
@@ -96,12 +98,18 @@ static dk_status load_into(dk_tr_kernel *k, CUcontext ctx, dk_tr_slot **out) {
     r = g_drv.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)im->shared);
     if (r) return fail((int)r);
   }
-  dk_tr_slot *slot = &k->cache[k->num_cached];
+  dk_tr_slot *slot;
+  if (k->num_cached < DK_TR_MAX_CONTEXTS) {
+    slot = &k->cache[k->num_cached++];
+  } else {
+    slot = &k->cache[k->next];
+    k->next = (k->next + 1) % DK_TR_MAX_CONTEXTS;
+  }
+  slot->ctx_id = ctx_id;
   slot->ctx = ctx;
   slot->mod = mod;
   slot->func = fn;
   slot->image = im;
-  k->num_cached += 1;
   *out = slot;
   return DK_OK;
 }
@@ -122,20 +130,28 @@ dk_status dk_tr_launch(dk_tr_kernel *k, dk_stream_t stream, uint32_t gx, uint32_
     pushed = 1;
   }
   dk_status st = DK_OK;
+  unsigned long long ctx_id = 0;
+  if ((r = g_drv.ctx_get_id(ctx, &ctx_id))) st = fail((int)r);
   dk_tr_slot *slot = NULL;
-  pthread_mutex_lock(&k->lock);
-  for (int i = 0; i < k->num_cached; ++i) {
-    if (k->cache[i].ctx == (void *)ctx) {
-      slot = &k->cache[i];
-      break;
-    }
-  }
-  if (!slot) st = load_into(k, ctx, &slot);
-  pthread_mutex_unlock(&k->lock);
+  CUfunction fn = NULL;
+  const dk_tr_image *im = NULL;
   if (st == DK_OK) {
-    const dk_tr_image *im = slot->image;
-    r = g_drv.launch_kernel((CUfunction)slot->func, gx, gy, gz, 32u * im->num_warps, 1, 1,
-                            im->shared, s, args, NULL);
+    pthread_mutex_lock(&k->lock);
+    for (int i = 0; i < k->num_cached; ++i) {
+      if (k->cache[i].ctx_id == ctx_id) {
+        slot = &k->cache[i];
+        break;
+      }
+    }
+    if (!slot) st = load_into(k, ctx, ctx_id, &slot);
+    if (st == DK_OK) { /* copy under the lock: the slot may be recycled once it is released */
+      fn = (CUfunction)slot->func;
+      im = slot->image;
+    }
+    pthread_mutex_unlock(&k->lock);
+  }
+  if (st == DK_OK) {
+    r = g_drv.launch_kernel(fn, gx, gy, gz, 32u * im->num_warps, 1, 1, im->shared, s, args, NULL);
     if (r) st = fail((int)r);
   }
   if (pushed) {

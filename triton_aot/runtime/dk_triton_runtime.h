@@ -30,19 +30,24 @@ typedef struct dk_tr_image {
 } dk_tr_image;
 
 typedef struct dk_tr_slot {
+  unsigned long long ctx_id; /* cuCtxGetId: unique for the process lifetime (handles get reused) */
   void *ctx;  /* CUcontext */
   void *mod;  /* CUmodule */
   void *func; /* CUfunction */
   const dk_tr_image *image;
 } dk_tr_slot;
 
-/** A kernel specialization with its per-context cache. Zero-initialize `cache`, `num_cached`. */
+/** A kernel specialization with its per-context cache. Zero-initialize `cache`, `num_cached`.
+ * The cache is keyed by context id, so a context destroyed and replaced by a new one at the same
+ * handle value never reuses a stale module. When full it overwrites round-robin (`next`): a live
+ * context that loses its entry just loads the module again. */
 typedef struct dk_tr_kernel {
   const char *name; /* specialization name, for diagnostics */
   const dk_tr_image *images;
   int num_images;
   pthread_mutex_t lock;
   int num_cached;
+  int next;
   dk_tr_slot cache[DK_TR_MAX_CONTEXTS];
 } dk_tr_kernel;
 

@@ -1,6 +1,7 @@
 //! `gdr.*`: gated delta rule kernels (the linear-attention core of Qwen3.5 / Qwen3-Next
 //! `Qwen3_5GatedDeltaNet` layers). CPU twins: `deltakit_ref::gdr`.
 
+pub mod chunk_prefill;
 pub mod decode;
 
 pub use decode::{decode, DecodeStrides};

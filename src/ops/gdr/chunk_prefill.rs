@@ -1,0 +1,590 @@
+//! `gdr.chunk_prefill` (Triton AOT, `triton_aot/gdr/chunk_prefill.py`): chunkwise (chunk 64,
+//! WY / UT form) gated delta rule prefill over a varlen batch, with fused or precomputed gating,
+//! in-kernel q/k L2 norm and q scale, reading / writing the f32 state pool in place.
+//! CPU twins: `deltakit_ref::gdr::{chunk_prefill, recurrent_prefill, gating}`.
+//!
+//! One call enqueues seven kernels (see the kernel file's docstring): chunk offsets per sequence,
+//! the chunk -> sequence map (both computed on the device from `cu_seqlens`, so nothing depends on
+//! host copies of device data), three per-chunk WY passes (gating + `A = beta K K^T` decay; the
+//! unit-lower-triangular inverse `Tm = (I + A)^-1`; `W`, `U`), the sequential state pass (one
+//! program per sequence, value head and 32 value columns) and the output pass. All scratch lives
+//! in the caller's workspace ([`workspace_bytes`]): the call allocates nothing and is CUDA-graph
+//! safe.
+
+use cudarc::driver::{CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use half::bf16;
+
+use super::{DecodeStrides, GdrDims, GdrOptions};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::launch::{bind, check, raw_stream, same_context};
+use crate::ops::validate;
+
+const OP: &str = "gdr.chunk_prefill";
+
+/// Chunk size (tokens) of the chunkwise algorithm; chunks restart at every sequence start.
+pub const CHUNK: usize = 64;
+/// Value columns per program of the state pass (manifest `BV` of `gdr_chunk_state_*`).
+const STATE_BV: usize = 32;
+/// Value columns per program of the output pass (manifest `BV` of `gdr_chunk_out_*`).
+const OUT_BV: usize = 64;
+/// Chunk ids per program of `gdr_chunk_map` (manifest `BLOCK`).
+const MAP_BLOCK: usize = 128;
+/// Alignment of every workspace region, bytes.
+const WS_ALIGN: usize = 256;
+
+/// Token strides of `q`, `k`, `v` (and `a`, `b` for fused gating), in elements; `None` =
+/// contiguous. Same type as [`super::decode`]'s: lets the inputs be column views of one packed
+/// buffer (e.g. the conv1d output). `q`/`k`/`v` strides must be multiples of 16 elements.
+pub type ChunkPrefillStrides = DecodeStrides;
+
+/// How the per-token decay `g` and write strength `beta` are given.
+#[derive(Debug)]
+pub enum Gating<'a> {
+    /// Precomputed f32 `g` (log-decay, must be `<= 0`) and `beta`, both contiguous `[T, H_v]`.
+    Precomputed {
+        /// Log-decay `[T, H_v]`.
+        g: CudaView<'a, f32>,
+        /// Write strength `[T, H_v]`.
+        beta: CudaView<'a, f32>,
+    },
+    /// Fused (Qwen3.5): `g = -exp(a_log) * softplus(a + dt_bias)`, `beta = sigmoid(b)` in f32,
+    /// from bf16 `a`, `b` `[T, H_v]` (token stride `strides.ab`) and f32 `a_log`, `dt_bias`
+    /// `[H_v]`.
+    Fused {
+        /// Decay projection `[T, H_v]`.
+        a: CudaView<'a, bf16>,
+        /// Beta projection `[T, H_v]`.
+        b: CudaView<'a, bf16>,
+        /// `A_log [H_v]`.
+        a_log: CudaView<'a, f32>,
+        /// `dt_bias [H_v]`.
+        dt_bias: CudaView<'a, f32>,
+    },
+}
+
+/// Where each live sequence's initial state comes from.
+#[derive(Debug)]
+pub enum InitialState<'a> {
+    /// Every sequence starts from zeros (the slot is only written).
+    Zeros,
+    /// Every sequence reads its slot.
+    FromSlots,
+    /// Per sequence, on the device: i32 `[N]`, non-zero = read the slot, 0 = start from zeros
+    /// (vLLM's `has_initial_state`).
+    PerSequence(CudaView<'a, i32>),
+}
+
+/// The device inputs of [`chunk_prefill`] (`N` sequences, `T` packed tokens).
+#[derive(Debug)]
+pub struct ChunkPrefillInputs<'a> {
+    /// Queries bf16 `[T, H_k, K]` (token stride `strides.q`).
+    pub q: CudaView<'a, bf16>,
+    /// Keys bf16 `[T, H_k, K]` (token stride `strides.k`).
+    pub k: CudaView<'a, bf16>,
+    /// Values bf16 `[T, H_v, V]` (token stride `strides.v`).
+    pub v: CudaView<'a, bf16>,
+    /// Decay and write strength.
+    pub gating: Gating<'a>,
+    /// i32 `[N + 1]`: 0, non-decreasing, last = `T` (sequence `i` = tokens `cu[i]..cu[i+1]`).
+    pub cu_seqlens: CudaView<'a, i32>,
+    /// i32 `[N]`: state-pool slot of each sequence; `-1` = padding sequence.
+    pub slots: CudaView<'a, i32>,
+    /// Initial-state policy.
+    pub initial_state: InitialState<'a>,
+}
+
+/// Byte offsets of the workspace regions.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    nt: usize,
+    coff: usize,
+    cseq: usize,
+    gcum: usize,
+    beta: usize,
+    a: usize,
+    w: usize,
+    u: usize,
+    h: usize,
+    total: usize,
+}
+
+fn layout(dims: GdrDims, total_tokens: usize, num_seqs: usize) -> Option<Layout> {
+    let nt = (total_tokens / CHUNK).checked_add(num_seqs)?;
+    let mut at = 0usize;
+    let mut region = |bytes: Option<usize>| -> Option<usize> {
+        let start = at;
+        at = at.checked_add(bytes?)?.checked_next_multiple_of(WS_ALIGN)?;
+        Some(start)
+    };
+    let th = total_tokens.checked_mul(dims.h_v)?;
+    let coff = region(num_seqs.checked_add(1)?.checked_mul(4))?;
+    let cseq = region(nt.checked_mul(4))?;
+    let gcum = region(th.checked_mul(4))?;
+    let beta = region(th.checked_mul(4))?;
+    let a = region(th.checked_mul(CHUNK)?.checked_mul(4))?;
+    let w = region(th.checked_mul(dims.k)?.checked_mul(4))?;
+    let u = region(th.checked_mul(dims.v)?.checked_mul(4))?;
+    let h = region(nt.checked_mul(dims.state_per_slot())?.checked_mul(2))?;
+    Some(Layout { nt, coff, cseq, gcum, beta, a, w, u, h, total: at })
+}
+
+/// Workspace bytes [`chunk_prefill`] needs for `total_tokens` packed tokens in `num_seqs`
+/// sequences (any split). Dominated by W/U (f32 `[T, H_v, K + V]`), Tm (f32 `[T, H_v, 64]`) and
+/// the per-chunk states (bf16 `[T/64 + N, H_v, K, V]`): ~ `T * H_v * (4 (K + V + 66) + K V / 32)`
+/// bytes: 677 MiB for `T = 8192, H_v = 48, K = V = 128` (3.5 GiB for `T = 65536, H_v = 32`).
+/// Size it once for the largest batch the engine runs (the size is monotone in both counts) and
+/// reuse it.
+///
+/// # Panics
+/// Never for sizes that fit in memory; returns `usize::MAX` if the computation overflows.
+#[must_use]
+pub fn workspace_bytes(dims: GdrDims, total_tokens: usize, num_seqs: usize) -> usize {
+    layout(dims, total_tokens, num_seqs).map_or(usize::MAX, |l| l.total)
+}
+
+type KktFn = unsafe extern "C" fn(
+    ffi::dk_stream_t,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i64,
+    i64,
+    i32,
+    i32,
+    i64,
+    i64,
+    i32,
+    i32,
+) -> ffi::dk_status;
+type WuFn = unsafe extern "C" fn(
+    ffi::dk_stream_t,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i64,
+    i64,
+    i32,
+    i32,
+    i64,
+    i64,
+    i32,
+) -> ffi::dk_status;
+type StateFn = unsafe extern "C" fn(
+    ffi::dk_stream_t,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i64,
+    i64,
+    i32,
+    i32,
+    i64,
+    i32,
+    i32,
+) -> ffi::dk_status;
+type OutFn = unsafe extern "C" fn(
+    ffi::dk_stream_t,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i64,
+    i64,
+    i32,
+    i32,
+    i64,
+    i64,
+    i32,
+    f32,
+) -> ffi::dk_status;
+
+struct Kernels {
+    kkt: KktFn,
+    wu: WuFn,
+    state: StateFn,
+    out: OutFn,
+}
+
+/// The compiled (K, V) specializations (triton_aot/manifest.toml).
+fn kernels(k: usize, v: usize) -> Option<Kernels> {
+    let kkt: KktFn = match k {
+        128 => ffi::dk_triton_gdr_chunk_kkt_k128,
+        64 => ffi::dk_triton_gdr_chunk_kkt_k64,
+        _ => return None,
+    };
+    let (wu, state, out): (WuFn, StateFn, OutFn) = match (k, v) {
+        (128, 128) => (
+            ffi::dk_triton_gdr_chunk_wu_k128v128,
+            ffi::dk_triton_gdr_chunk_state_k128v128,
+            ffi::dk_triton_gdr_chunk_out_k128v128,
+        ),
+        (64, 64) => (
+            ffi::dk_triton_gdr_chunk_wu_k64v64,
+            ffi::dk_triton_gdr_chunk_state_k64v64,
+            ffi::dk_triton_gdr_chunk_out_k64v64,
+        ),
+        (64, 128) => (
+            ffi::dk_triton_gdr_chunk_wu_k64v128,
+            ffi::dk_triton_gdr_chunk_state_k64v128,
+            ffi::dk_triton_gdr_chunk_out_k64v128,
+        ),
+        (128, 64) => (
+            ffi::dk_triton_gdr_chunk_wu_k128v64,
+            ffi::dk_triton_gdr_chunk_state_k128v64,
+            ffi::dk_triton_gdr_chunk_out_k128v64,
+        ),
+        _ => return None,
+    };
+    Some(Kernels { kkt, wu, state, out })
+}
+
+fn grid(arg: &'static str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::shape(OP, arg, "a grid size <= u32::MAX", n))
+}
+
+fn i32_of(arg: &'static str, n: usize) -> Result<i32> {
+    i32::try_from(n).map_err(|_| Error::shape(OP, arg, "a size that fits in i32", n))
+}
+
+/// Host-side facts the caller may have about the device arrays (the engine fills its static
+/// device buffers from host copies). When given, they are checked here before anything is
+/// launched; the kernels never need them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostCopies<'a> {
+    /// Host copy of `cu_seqlens` (checked: starts at 0, non-decreasing, ends at `T`).
+    pub cu_seqlens: Option<&'a [i32]>,
+    /// Host copy of `slots` (checked: each -1 or in `0..num_slots`, live slots distinct).
+    pub slots: Option<&'a [i32]>,
+}
+
+/// Chunkwise gated delta rule prefill over a varlen batch (Triton AOT).
+///
+/// Mirrors HF `torch_chunk_gated_delta_rule` / FLA `chunk_gated_delta_rule` with `cu_seqlens`
+/// (chunks of 64 restart at every sequence start) and equals the token recurrence
+/// (`deltakit_ref::gdr::recurrent_prefill`): per token and value head `hv` (key head
+/// `hv / (H_v/H_k)`), f32 state `S [K, V]`,
+/// `S *= exp(g); delta = beta * (v - S^T k); S += k (x) delta; o = S^T q`, with q/k
+/// L2-normalised (`x * rsqrt(sum x^2 + 1e-6)`, f32) if `opts.use_qk_l2norm` and q scaled by
+/// `opts.scale` (default `K^-0.5`). Gating per [`Gating`].
+///
+/// Shapes: `T = out.len() / (H_v V)` tokens, `N = inputs.slots.len()` sequences; inputs per
+/// [`ChunkPrefillInputs`]; `state` f32 `[num_slots, H_v, K, V]` (V contiguous): each live
+/// sequence reads its initial state from its slot (per [`InitialState`]) and writes its final
+/// state there; `out` bf16 `[T, H_v, V]` contiguous; `workspace` at least
+/// [`workspace_bytes`]`(dims, T, N)` bytes, 256-byte aligned (its contents on entry don't matter).
+/// `(K, V)` in {64, 128}², `H_v % H_k == 0`. `q`, `k`, `v`, `state`, `out` 16-byte aligned.
+///
+/// Slots: `-1` = padding sequence (its output rows are zeros, the pool is untouched). The
+/// kernels treat any slot outside `0..num_slots` the same way and clamp `cu_seqlens` to `[0, T]`,
+/// so bad device values never index outside the buffers (their results are unspecified). Two
+/// live sequences sharing a slot is a caller error (a race on that slot); pass
+/// [`HostCopies`] to have slots and `cu_seqlens` checked here.
+///
+/// # Errors
+/// [`Error::Shape`] for any length, stride, alignment or workspace-size mismatch and for bad
+/// host copies; [`Error::Unsupported`] for head dims outside {64, 128}; [`Error::DeviceMismatch`];
+/// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on a validation error.
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+pub fn chunk_prefill(
+    stream: &CudaStream,
+    dims: GdrDims,
+    opts: GdrOptions,
+    strides: ChunkPrefillStrides,
+    inputs: &ChunkPrefillInputs<'_>,
+    host: HostCopies<'_>,
+    state: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+    workspace: &mut impl DevicePtrMut<u8>,
+) -> Result<()> {
+    let GdrDims { h_k, h_v, k: kd, v: vd } = dims;
+    if h_k == 0 || h_v == 0 || kd == 0 || vd == 0 {
+        return Err(Error::shape(OP, "dims", "non-zero h_k, h_v, k, v", format!("{dims:?}")));
+    }
+    if h_v % h_k != 0 {
+        return Err(Error::shape(OP, "dims", format!("h_v a multiple of h_k = {h_k}"), h_v));
+    }
+    if h_v > 65_535 {
+        return Err(Error::shape(OP, "dims", "h_v <= 65535 (grid y)", h_v));
+    }
+    let Some(kern) = kernels(kd, vd) else {
+        return Err(Error::Unsupported {
+            op: OP,
+            what: format!("head dims K = {kd}, V = {vd} (supported: 64, 128)"),
+        });
+    };
+    let row_v = h_v * vd;
+    if out.len() % row_v != 0 {
+        return Err(Error::shape(OP, "out", format!("a multiple of H_v*V = {row_v}"), out.len()));
+    }
+    let t = out.len() / row_v;
+    let n = inputs.slots.len();
+    validate::len(OP, "cu_seqlens", inputs.cu_seqlens.len(), n + 1)?;
+    let qs = validate::strided_len(OP, "q", inputs.q.len(), t, h_k * kd, strides.q)?;
+    let ks = validate::strided_len(OP, "k", inputs.k.len(), t, h_k * kd, strides.k)?;
+    let vs = validate::strided_len(OP, "v", inputs.v.len(), t, h_v * vd, strides.v)?;
+    for (arg, s) in [("q", qs), ("k", ks), ("v", vs)] {
+        if s % 16 != 0 {
+            return Err(Error::shape(OP, arg, "a token stride that is a multiple of 16", s));
+        }
+    }
+    let mut abs = h_v;
+    match &inputs.gating {
+        Gating::Precomputed { g, beta } => {
+            validate::len(OP, "g", g.len(), t * h_v)?;
+            validate::len(OP, "beta", beta.len(), t * h_v)?;
+        }
+        Gating::Fused { a, b, a_log, dt_bias } => {
+            abs = validate::strided_len(OP, "a", a.len(), t, h_v, strides.ab)?;
+            validate::strided_len(OP, "b", b.len(), t, h_v, strides.ab)?;
+            validate::len(OP, "a_log", a_log.len(), h_v)?;
+            validate::len(OP, "dt_bias", dt_bias.len(), h_v)?;
+        }
+    }
+    if let InitialState::PerSequence(f) = &inputs.initial_state {
+        validate::len(OP, "initial_state", f.len(), n)?;
+    }
+    let per_slot = dims.state_per_slot();
+    if state.len() % per_slot != 0 || (n > 0 && state.len() == 0) {
+        return Err(Error::shape(
+            OP,
+            "state",
+            format!("a non-empty multiple of H_v*K*V = {per_slot}"),
+            state.len(),
+        ));
+    }
+    let num_slots = state.len() / per_slot;
+    let lay = layout(dims, t, n)
+        .ok_or_else(|| Error::shape(OP, "workspace", "a size that fits in usize", "overflow"))?;
+    if workspace.len() < lay.total {
+        return Err(Error::shape(
+            OP,
+            "workspace",
+            format!("len >= {} (workspace_bytes)", lay.total),
+            workspace.len(),
+        ));
+    }
+    if let Some(cu) = host.cu_seqlens {
+        validate::len(OP, "cu_seqlens_host", cu.len(), n + 1)?;
+        let bad = cu.first() != Some(&0)
+            || cu.last().copied() != i32::try_from(t).ok()
+            || cu.windows(2).any(|w| w[1] < w[0]);
+        if bad {
+            return Err(Error::shape(
+                OP,
+                "cu_seqlens",
+                format!("0, non-decreasing, last = T = {t}"),
+                format!("{cu:?}"),
+            ));
+        }
+    }
+    if let Some(s) = host.slots {
+        validate::slots_host(OP, s, n, num_slots)?;
+    }
+    let grid_nt = grid("out", lay.nt)?;
+    let grid_n = grid("slots", n)?;
+    let grid_map = grid("out", lay.nt.div_ceil(MAP_BLOCK))?;
+    let search_iters = i32::try_from(usize::BITS - n.leading_zeros()).unwrap_or(64).max(1);
+
+    same_context(OP, "q", stream, &inputs.q)?;
+    same_context(OP, "k", stream, &inputs.k)?;
+    same_context(OP, "v", stream, &inputs.v)?;
+    same_context(OP, "cu_seqlens", stream, &inputs.cu_seqlens)?;
+    same_context(OP, "slots", stream, &inputs.slots)?;
+    match &inputs.gating {
+        Gating::Precomputed { g, beta } => {
+            same_context(OP, "g", stream, g)?;
+            same_context(OP, "beta", stream, beta)?;
+        }
+        Gating::Fused { a, b, a_log, dt_bias } => {
+            same_context(OP, "a", stream, a)?;
+            same_context(OP, "b", stream, b)?;
+            same_context(OP, "a_log", stream, a_log)?;
+            same_context(OP, "dt_bias", stream, dt_bias)?;
+        }
+    }
+    if let InitialState::PerSequence(f) = &inputs.initial_state {
+        same_context(OP, "initial_state", stream, f)?;
+    }
+    same_context(OP, "state", stream, state)?;
+    same_context(OP, "out", stream, out)?;
+    same_context(OP, "workspace", stream, workspace)?;
+    if n == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    let (qp, _g1) = inputs.q.device_ptr(stream);
+    let (kp, _g2) = inputs.k.device_ptr(stream);
+    let (vp, _g3) = inputs.v.device_ptr(stream);
+    let (cup, _g4) = inputs.cu_seqlens.device_ptr(stream);
+    let (slp, _g5) = inputs.slots.device_ptr(stream);
+    let (stp, _g6) = state.device_ptr_mut(stream);
+    let (op, _g7) = out.device_ptr_mut(stream);
+    let (wsp, _g8) = workspace.device_ptr_mut(stream);
+    // Gating pointers: the unused pair are never read by the kernel; any valid address will do.
+    let (fused, gp, bp, ap, bbp, alp, dtp, _gg) = match &inputs.gating {
+        Gating::Precomputed { g, beta } => {
+            let (gp, g1) = g.device_ptr(stream);
+            let (bp, g2) = beta.device_ptr(stream);
+            (0, gp, bp, vp, vp, gp, gp, [Some(g1), Some(g2), None, None])
+        }
+        Gating::Fused { a, b, a_log, dt_bias } => {
+            let (ap, g1) = a.device_ptr(stream);
+            let (bbp, g2) = b.device_ptr(stream);
+            let (alp, g3) = a_log.device_ptr(stream);
+            let (dtp, g4) = dt_bias.device_ptr(stream);
+            (1, alp, alp, ap, bbp, alp, dtp, [Some(g1), Some(g2), Some(g3), Some(g4)])
+        }
+    };
+    let (init_mode, initp, _gi) = match &inputs.initial_state {
+        InitialState::Zeros => (0, slp, None),
+        InitialState::FromSlots => (1, slp, None),
+        InitialState::PerSequence(f) => {
+            let (p, g) = f.device_ptr(stream);
+            (2, p, Some(g))
+        }
+    };
+    for (arg, p) in [("q", qp), ("k", kp), ("v", vp), ("state", stp), ("out", op)] {
+        validate::aligned(OP, arg, p, 16)?;
+    }
+    validate::aligned(OP, "workspace", wsp, WS_ALIGN as u64)?;
+    let ws = |off: usize| wsp + off as u64;
+    let (coff, cseq, gcum, betaw) = (ws(lay.coff), ws(lay.cseq), ws(lay.gcum), ws(lay.beta));
+    let (tm, w, u, h) = (ws(lay.a), ws(lay.w), ws(lay.u), ws(lay.h));
+    let s = raw_stream(stream);
+    let (t64, n64, nt64) = (t as i64, n as i64, lay.nt as i64);
+    let (hk32, hv32) = (i32_of("dims", h_k)?, i32_of("dims", h_v)?);
+    let (qs64, ks64, vs64, abs64) = (qs as i64, ks as i64, vs as i64, abs as i64);
+    let l2 = i32::from(opts.use_qk_l2norm);
+    let scale = opts.scale.unwrap_or_else(|| 1.0 / (kd as f32).sqrt());
+    let ns64 = validate::i64_of(OP, "state", num_slots)?;
+    // SAFETY (all launches): every pointer is a live device allocation in the stream's context
+    // (checked above), sized for the shapes passed (lengths and the workspace layout checked
+    // above) and borrowed until the launches are enqueued. The kernels clamp cu_seqlens to
+    // [0, T], treat slots outside 0..num_slots as padding and bound chunk ids by the workspace's
+    // chunk capacity, so no device value can make them index outside these buffers.
+    unsafe {
+        check(OP, ffi::dk_triton_gdr_chunk_offsets(s, 1, 1, 1, cup, coff, n64, t64, nt64))?;
+        check(
+            OP,
+            ffi::dk_triton_gdr_chunk_map(s, grid_map, 1, 1, coff, cseq, n64, nt64, search_iters),
+        )?;
+        check(
+            OP,
+            (kern.kkt)(
+                s, grid_nt, h_v as u32, 1, kp, gp, bp, ap, bbp, alp, dtp, cup, slp, coff, cseq,
+                gcum, betaw, tm, t64, ns64, hk32, hv32, ks64, abs64, l2, fused,
+            ),
+        )?;
+        check(
+            OP,
+            ffi::dk_triton_gdr_chunk_solve(
+                s, grid_nt, h_v as u32, 1, tm, cup, slp, coff, cseq, t64, ns64, hv32,
+            ),
+        )?;
+        check(
+            OP,
+            (kern.wu)(
+                s, grid_nt, h_v as u32, 1, kp, vp, betaw, gcum, tm, w, u, cup, slp, coff, cseq,
+                t64, ns64, hk32, hv32, ks64, vs64, l2,
+            ),
+        )?;
+        check(
+            OP,
+            (kern.state)(
+                s,
+                grid_n,
+                h_v as u32,
+                (vd / STATE_BV) as u32,
+                kp,
+                w,
+                u,
+                gcum,
+                h,
+                stp,
+                cup,
+                slp,
+                initp,
+                coff,
+                t64,
+                ns64,
+                hk32,
+                hv32,
+                ks64,
+                l2,
+                init_mode,
+            ),
+        )?;
+        check(
+            OP,
+            (kern.out)(
+                s,
+                grid_nt,
+                h_v as u32,
+                (vd / OUT_BV) as u32,
+                qp,
+                kp,
+                u,
+                gcum,
+                h,
+                op,
+                cup,
+                slp,
+                coff,
+                cseq,
+                t64,
+                ns64,
+                hk32,
+                hv32,
+                qs64,
+                ks64,
+                l2,
+                scale,
+            ),
+        )
+    }
+}

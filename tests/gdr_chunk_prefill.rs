@@ -1,0 +1,716 @@
+//! GPU test: `gdr.chunk_prefill` (Triton AOT) vs the token recurrence
+//! `deltakit_ref::gdr::recurrent_prefill` (+ `deltakit_ref::gdr::gating` for the fused path).
+//!
+//! Every case: fresh random inputs, output and workspace poisoned (NaN / 0xFF) before the run,
+//! `rel_err` of the bf16 output <= 1e-2 and of the final f32 state <= 1e-3, canary slots around
+//! the live ones bit-identical, padding sequences (slot -1) exact zeros. Each case prints its
+//! errors (`grep '^case'` for the maxima).
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use deltakit::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use deltakit::ops::gdr::chunk_prefill::{
+    chunk_prefill, workspace_bytes, ChunkPrefillInputs, ChunkPrefillStrides, Gating, HostCopies,
+    InitialState,
+};
+use deltakit::ops::gdr::{GdrDims, GdrOptions};
+use deltakit::testing::{gpu_or_skip, rel_err};
+
+use half::bf16;
+use rand::rngs::StdRng;
+use rand::Rng;
+
+const OUT_TOL: f64 = 1e-2;
+
+/// One CUDA context for the whole test binary. Dropping the last `Arc<CudaContext>` releases the
+/// primary context; a later test then gets a new context that can reuse the old handle value, and
+/// the Triton launcher's per-context module cache (keyed by that handle) would hand out a stale
+/// CUfunction (CUDA_ERROR_INVALID_HANDLE, seen with `--test-threads 1` under compute-sanitizer).
+fn gpu(test: &str) -> Option<Arc<CudaContext>> {
+    static CTX: OnceLock<Option<Arc<CudaContext>>> = OnceLock::new();
+    let ctx = CTX.get_or_init(|| gpu_or_skip("gdr_chunk_prefill")).clone();
+    if ctx.is_none() {
+        eprintln!("SKIP {test}");
+    }
+    ctx
+}
+const STATE_TOL: f64 = 1e-3;
+
+#[derive(Clone, Debug)]
+enum Init {
+    Zeros,
+    FromSlots,
+    PerSeq(Vec<bool>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum GMode {
+    Random,
+    Zero,
+    Extreme,
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    name: String,
+    dims: GdrDims,
+    lens: Vec<usize>,
+    slots: Vec<i32>,
+    num_slots: usize,
+    init: Init,
+    fused: bool,
+    opts: GdrOptions,
+    gmode: GMode,
+    qk_scale: f32,
+}
+
+impl Case {
+    fn new(name: &str, dims: (usize, usize, usize, usize), lens: &[usize]) -> Self {
+        let n = lens.len();
+        Self {
+            name: name.to_string(),
+            dims: GdrDims { h_k: dims.0, h_v: dims.1, k: dims.2, v: dims.3 },
+            lens: lens.to_vec(),
+            // Live slots 1, 3, 5, ..: slots 0, 2, 4, .. are canaries.
+            slots: (0..n).map(|i| 2 * i as i32 + 1).collect(),
+            num_slots: 2 * n + 1,
+            init: Init::FromSlots,
+            fused: true,
+            opts: GdrOptions::default(),
+            gmode: GMode::Random,
+            qk_scale: 1.0,
+        }
+    }
+    fn t(&self) -> usize {
+        self.lens.iter().sum()
+    }
+    fn cu(&self) -> Vec<i32> {
+        let mut cu = vec![0i32];
+        for l in &self.lens {
+            cu.push(cu.last().unwrap() + *l as i32);
+        }
+        cu
+    }
+}
+
+/// Host inputs of one case.
+#[derive(Clone)]
+struct Data {
+    q: Vec<bf16>,
+    k: Vec<bf16>,
+    v: Vec<bf16>,
+    a: Vec<bf16>,
+    b: Vec<bf16>,
+    a_log: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// What the kernel gets on the precomputed path, and what the reference always uses.
+    g: Vec<f32>,
+    beta: Vec<f32>,
+    state0: Vec<f32>,
+}
+
+fn bf(rng: &mut StdRng, n: usize, scale: f32) -> Vec<bf16> {
+    common::randn_f32(rng, n).into_iter().map(|x| bf16::from_f32(x * scale)).collect()
+}
+
+fn make_data(c: &Case, rng: &mut StdRng) -> Data {
+    let d = c.dims;
+    let t = c.t();
+    let q = bf(rng, t * d.h_k * d.k, c.qk_scale);
+    let k = bf(rng, t * d.h_k * d.k, c.qk_scale);
+    let v = bf(rng, t * d.h_v * d.v, 1.0);
+    let a = bf(rng, t * d.h_v, 3.0);
+    let b = bf(rng, t * d.h_v, 3.0);
+    let a_log = common::randn_f32(rng, d.h_v);
+    let dt_bias = common::randn_f32(rng, d.h_v);
+    let (g, beta) = if c.fused {
+        let af: Vec<f32> = a.iter().map(|x| x.to_f32()).collect();
+        let bfl: Vec<f32> = b.iter().map(|x| x.to_f32()).collect();
+        let (mut g, mut beta) = (vec![0f32; t * d.h_v], vec![0f32; t * d.h_v]);
+        deltakit_ref::gdr::gating(&af, &bfl, &a_log, &dt_bias, &mut g, &mut beta).unwrap();
+        (g, beta)
+    } else {
+        let g = (0..t * d.h_v)
+            .map(|_| match c.gmode {
+                GMode::Random => -rng.gen_range(0.0f32..0.5),
+                GMode::Zero => 0.0,
+                GMode::Extreme => {
+                    if rng.gen_bool(0.3) {
+                        -100.0
+                    } else {
+                        -rng.gen_range(0.0f32..0.5)
+                    }
+                }
+            })
+            .collect();
+        let beta = (0..t * d.h_v).map(|_| rng.gen_range(0.0f32..1.0)).collect();
+        (g, beta)
+    };
+    let state0 = common::randn_f32(rng, c.num_slots * d.state_per_slot());
+    Data { q, k, v, a, b, a_log, dt_bias, g, beta, state0 }
+}
+
+fn reference(c: &Case, x: &Data) -> (Vec<f32>, Vec<f32>) {
+    let d = c.dims;
+    let rd = deltakit_ref::gdr::GdrDims { h_k: d.h_k, h_v: d.h_v, k: d.k, v: d.v };
+    let ro =
+        deltakit_ref::gdr::GdrOptions { use_qk_l2norm: c.opts.use_qk_l2norm, scale: c.opts.scale };
+    let cu = c.cu();
+    let flags: Vec<bool> = match &c.init {
+        Init::Zeros => vec![false; c.lens.len()],
+        Init::FromSlots => vec![true; c.lens.len()],
+        Init::PerSeq(f) => f.clone(),
+    };
+    let varlen =
+        deltakit_ref::Varlen { cu_seqlens: &cu, slots: &c.slots, has_initial_state: Some(&flags) };
+    let inp = deltakit_ref::gdr::GdrInputs { q: &x.q, k: &x.k, v: &x.v, g: &x.g, beta: &x.beta };
+    let mut state = x.state0.clone();
+    let mut out = vec![bf16::ZERO; c.t() * d.h_v * d.v];
+    deltakit_ref::gdr::recurrent_prefill(&inp, rd, varlen, ro, &mut state, &mut out).unwrap();
+    (out.iter().map(|v| v.to_f32()).collect(), state)
+}
+
+struct Gpu {
+    stream: Arc<CudaStream>,
+}
+
+impl Gpu {
+    fn new(ctx: &Arc<CudaContext>) -> Self {
+        Self { stream: ctx.new_stream().unwrap() }
+    }
+    fn up<T: deltakit::cudarc::driver::DeviceRepr>(&self, x: &[T]) -> CudaSlice<T> {
+        self.stream.clone_htod(x).unwrap()
+    }
+
+    /// Runs the kernel on `state` (device) and returns (out, state after).
+    fn run(&self, c: &Case, x: &Data, state: &mut CudaSlice<f32>) -> Vec<f32> {
+        let d = c.dims;
+        let t = c.t();
+        let (q, k, v) = (self.up(&x.q), self.up(&x.k), self.up(&x.v));
+        let (a, b, al, dt) = (self.up(&x.a), self.up(&x.b), self.up(&x.a_log), self.up(&x.dt_bias));
+        let (g, beta) = (self.up(&x.g), self.up(&x.beta));
+        let cu = self.up(&c.cu());
+        let slots = self.up(&c.slots);
+        let flags: Vec<i32> = match &c.init {
+            Init::PerSeq(f) => f.iter().map(|&b| i32::from(b)).collect(),
+            _ => vec![0; c.lens.len()],
+        };
+        let flags_d = self.up(&flags);
+        let mut out = self.up(&vec![bf16::NAN; t * d.h_v * d.v]);
+        let mut ws = self.up(&vec![0xFFu8; workspace_bytes(d, t, c.lens.len())]);
+        let gating = if c.fused {
+            Gating::Fused {
+                a: a.as_view(),
+                b: b.as_view(),
+                a_log: al.as_view(),
+                dt_bias: dt.as_view(),
+            }
+        } else {
+            Gating::Precomputed { g: g.as_view(), beta: beta.as_view() }
+        };
+        let initial_state = match &c.init {
+            Init::Zeros => InitialState::Zeros,
+            Init::FromSlots => InitialState::FromSlots,
+            Init::PerSeq(_) => InitialState::PerSequence(flags_d.as_view()),
+        };
+        let inputs = ChunkPrefillInputs {
+            q: q.as_view(),
+            k: k.as_view(),
+            v: v.as_view(),
+            gating,
+            cu_seqlens: cu.as_view(),
+            slots: slots.as_view(),
+            initial_state,
+        };
+        let cu_h = c.cu();
+        let host = HostCopies { cu_seqlens: Some(&cu_h), slots: Some(&c.slots) };
+        chunk_prefill(
+            &self.stream,
+            d,
+            c.opts,
+            ChunkPrefillStrides::default(),
+            &inputs,
+            host,
+            state,
+            &mut out,
+            &mut ws,
+        )
+        .unwrap();
+        self.stream.clone_dtoh(&out).unwrap().iter().map(|v| v.to_f32()).collect()
+    }
+}
+
+/// Compares GPU vs reference, canaries and padding rows. Returns (out err, state err).
+fn check(
+    c: &Case,
+    x: &Data,
+    got_o: &[f32],
+    got_s: &[f32],
+    ref_o: &[f32],
+    ref_s: &[f32],
+    seed: u64,
+) -> (f64, f64) {
+    let d = c.dims;
+    let per = d.state_per_slot();
+    let eo = rel_err(got_o, ref_o);
+    let live: Vec<usize> = c.slots.iter().filter(|&&s| s >= 0).map(|&s| s as usize).collect();
+    let mut gs = Vec::new();
+    let mut rs = Vec::new();
+    for slot in 0..c.num_slots {
+        let (g, r) = (&got_s[slot * per..(slot + 1) * per], &ref_s[slot * per..(slot + 1) * per]);
+        if live.contains(&slot) {
+            gs.extend_from_slice(g);
+            rs.extend_from_slice(r);
+        } else {
+            let s0 = &x.state0[slot * per..(slot + 1) * per];
+            assert!(
+                g.iter().zip(s0).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{}: canary slot {slot} changed (seed {seed})",
+                c.name
+            );
+        }
+    }
+    let es = if gs.is_empty() { 0.0 } else { rel_err(&gs, &rs) };
+    let cu = c.cu();
+    for (i, &s) in c.slots.iter().enumerate() {
+        if s < 0 {
+            let rows = &got_o[cu[i] as usize * d.h_v * d.v..cu[i + 1] as usize * d.h_v * d.v];
+            assert!(
+                rows.iter().all(|&v| v == 0.0),
+                "{}: padding seq {i} not zero (seed {seed})",
+                c.name
+            );
+        }
+    }
+    println!("case {:40} T={:5} out_err {eo:.3e} state_err {es:.3e}", c.name, c.t());
+    assert!(eo <= OUT_TOL, "{}: out rel err {eo} > {OUT_TOL} (seed {seed})", c.name);
+    assert!(es <= STATE_TOL, "{}: state rel err {es} > {STATE_TOL} (seed {seed})", c.name);
+    (eo, es)
+}
+
+/// A case's inputs, seed and reference (out, state).
+type Prepared = (Data, u64, (Vec<f32>, Vec<f32>));
+
+/// Runs cases: CPU references in parallel threads, then the GPU runs.
+fn run_cases(ctx: &Arc<CudaContext>, base: u64, cases: &[Case]) {
+    let prepared: Vec<Prepared> = std::thread::scope(|s| {
+        let hs: Vec<_> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                s.spawn(move || {
+                    let (mut rng, seed) = common::rng(base + i as u64);
+                    let x = make_data(c, &mut rng);
+                    let r = reference(c, &x);
+                    (x, seed, r)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let gpu = Gpu::new(ctx);
+    for (c, (x, seed, (ro, rs))) in cases.iter().zip(&prepared) {
+        let mut st = gpu.up(&x.state0);
+        let o = gpu.run(c, x, &mut st);
+        let s = gpu.stream.clone_dtoh(&st).unwrap();
+        check(c, x, &o, &s, ro, rs, *seed);
+    }
+}
+
+#[test]
+fn qwen_shapes_vs_recurrence() {
+    let Some(ctx) = gpu("qwen_shapes_vs_recurrence") else { return };
+    let mut cases = Vec::new();
+    for (hk, hv) in [(16, 32), (16, 48), (8, 24), (4, 12)] {
+        for t in [1usize, 63, 64, 65, 1000, 4097] {
+            cases.push(Case::new(&format!("qwen {hk}/{hv} K=V=128"), (hk, hv, 128, 128), &[t]));
+        }
+    }
+    run_cases(&ctx, 1000, &cases);
+}
+
+#[test]
+fn varlen_initial_states_padding_and_flags() {
+    let Some(ctx) = gpu("varlen_initial_states_padding_and_flags") else { return };
+    let lens = [1usize, 64, 0, 65, 63, 130, 7, 200];
+    let mut c = Case::new("varlen pad + per-seq init", (2, 6, 128, 128), &lens);
+    c.slots = vec![3, 0, 5, -1, 8, -1, 1, 10];
+    c.num_slots = 12;
+    c.init = Init::PerSeq(vec![true, false, true, true, false, true, true, true]);
+    let mut z = Case::new("varlen no initial state", (2, 4, 128, 128), &[100, 64, 1]);
+    z.init = Init::Zeros;
+    let mut p = Case::new("varlen precomputed gating", (4, 8, 128, 128), &[65, 129, 3]);
+    p.fused = false;
+    run_cases(&ctx, 2000, &[c, z, p]);
+}
+
+#[test]
+fn varlen_equals_each_sequence_alone() {
+    let Some(ctx) = gpu("varlen_equals_each_sequence_alone") else { return };
+    let gpu = Gpu::new(&ctx);
+    let lens = [70usize, 1, 128, 5];
+    let c = Case::new("batch", (2, 4, 128, 128), &lens);
+    let (mut rng, seed) = common::rng(3000);
+    let x = make_data(&c, &mut rng);
+    let mut st = gpu.up(&x.state0);
+    let batch_o = gpu.run(&c, &x, &mut st);
+    let batch_s = gpu.stream.clone_dtoh(&st).unwrap();
+    let d = c.dims;
+    let cu = c.cu();
+    let (qk, vr, hr) = (d.h_k * d.k, d.h_v * d.v, d.h_v);
+    let mut st1 = gpu.up(&x.state0);
+    for (i, &l) in lens.iter().enumerate() {
+        let (s0, s1) = (cu[i] as usize, cu[i + 1] as usize);
+        let mut one = c.clone();
+        one.lens = vec![l];
+        one.slots = vec![c.slots[i]];
+        let xi = Data {
+            q: x.q[s0 * qk..s1 * qk].to_vec(),
+            k: x.k[s0 * qk..s1 * qk].to_vec(),
+            v: x.v[s0 * vr..s1 * vr].to_vec(),
+            a: x.a[s0 * hr..s1 * hr].to_vec(),
+            b: x.b[s0 * hr..s1 * hr].to_vec(),
+            g: x.g[s0 * hr..s1 * hr].to_vec(),
+            beta: x.beta[s0 * hr..s1 * hr].to_vec(),
+            ..x.clone()
+        };
+        let o = gpu.run(&one, &xi, &mut st1);
+        let e = rel_err(&o, &batch_o[s0 * vr..s1 * vr]);
+        assert!(e <= 1e-6, "seq {i}: alone vs batch out rel err {e} (seed {seed})");
+    }
+    let alone_s = gpu.stream.clone_dtoh(&st1).unwrap();
+    let e = rel_err(&alone_s, &batch_s);
+    println!("case varlen == alone: out/state identical (state rel err {e:.3e})");
+    assert!(e <= 1e-6, "alone vs batch state rel err {e} (seed {seed})");
+}
+
+#[test]
+fn head_dims_and_group_ratios() {
+    let Some(ctx) = gpu("head_dims_and_group_ratios") else { return };
+    let mut cases = Vec::new();
+    for (k, v) in [(64, 128), (128, 64), (64, 64), (128, 128)] {
+        for grp in [1usize, 2, 3] {
+            let mut c =
+                Case::new(&format!("K={k} V={v} Hv/Hk={grp}"), (2, 2 * grp, k, v), &[150, 40]);
+            c.fused = grp != 2;
+            cases.push(c);
+        }
+    }
+    run_cases(&ctx, 4000, &cases);
+}
+
+#[test]
+fn gates_and_l2norm_edge_cases() {
+    let Some(ctx) = gpu("gates_and_l2norm_edge_cases") else { return };
+    let mut zero = Case::new("g == 0", (2, 4, 128, 128), &[130, 64]);
+    zero.fused = false;
+    zero.gmode = GMode::Zero;
+    let mut ext = Case::new("g extreme (-100)", (2, 4, 128, 128), &[130, 64]);
+    ext.fused = false;
+    ext.gmode = GMode::Extreme;
+    let mut tiny = Case::new("tiny q/k (1e-4) l2norm", (2, 4, 128, 128), &[100]);
+    tiny.qk_scale = 1e-4;
+    let mut nol2 = Case::new("no l2norm, scale 0.3", (1, 2, 64, 64), &[90]);
+    nol2.opts = GdrOptions { use_qk_l2norm: false, scale: Some(0.3) };
+    nol2.qk_scale = 0.1;
+    run_cases(&ctx, 5000, &[zero, ext, tiny, nol2]);
+}
+
+#[test]
+fn precomputed_equals_fused_gating() {
+    let Some(ctx) = gpu("precomputed_equals_fused_gating") else { return };
+    let gpu = Gpu::new(&ctx);
+    let c = Case::new("fused", (4, 12, 128, 128), &[300, 20]);
+    let (mut rng, seed) = common::rng(6000);
+    let x = make_data(&c, &mut rng); // g/beta = host gating of the same a/b
+    let mut pre = c.clone();
+    pre.fused = false;
+    let (mut s1, mut s2) = (gpu.up(&x.state0), gpu.up(&x.state0));
+    let o1 = gpu.run(&c, &x, &mut s1);
+    let o2 = gpu.run(&pre, &x, &mut s2);
+    let (s1, s2) = (gpu.stream.clone_dtoh(&s1).unwrap(), gpu.stream.clone_dtoh(&s2).unwrap());
+    let (eo, es) = (rel_err(&o1, &o2), rel_err(&s1, &s2));
+    println!("case precomputed vs fused: out {eo:.3e} state {es:.3e}");
+    assert!(eo <= 1e-2 && es <= 1e-4, "fused vs precomputed: out {eo} state {es} (seed {seed})");
+    let (ro, rs) = reference(&c, &x);
+    check(&c, &x, &o1, &s1, &ro, &rs, seed);
+}
+
+#[test]
+fn split_prefill_equals_whole() {
+    let Some(ctx) = gpu("split_prefill_equals_whole") else { return };
+    let gpu = Gpu::new(&ctx);
+    let (t1, t2) = (100usize, 77usize);
+    let c = Case::new("whole", (2, 6, 128, 128), &[t1 + t2]);
+    let (mut rng, seed) = common::rng(7000);
+    let x = make_data(&c, &mut rng);
+    let mut sw = gpu.up(&x.state0);
+    let ow = gpu.run(&c, &x, &mut sw);
+    let d = c.dims;
+    let (qk, vr, hr) = (d.h_k * d.k, d.h_v * d.v, d.h_v);
+    let part = |s0: usize, s1: usize| Data {
+        q: x.q[s0 * qk..s1 * qk].to_vec(),
+        k: x.k[s0 * qk..s1 * qk].to_vec(),
+        v: x.v[s0 * vr..s1 * vr].to_vec(),
+        a: x.a[s0 * hr..s1 * hr].to_vec(),
+        b: x.b[s0 * hr..s1 * hr].to_vec(),
+        g: x.g[s0 * hr..s1 * hr].to_vec(),
+        beta: x.beta[s0 * hr..s1 * hr].to_vec(),
+        ..x.clone()
+    };
+    let mut ss = gpu.up(&x.state0);
+    let mut c1 = c.clone();
+    c1.lens = vec![t1];
+    let o1 = gpu.run(&c1, &part(0, t1), &mut ss);
+    let mut c2 = c.clone();
+    c2.lens = vec![t2];
+    let o2 = gpu.run(&c2, &part(t1, t1 + t2), &mut ss);
+    let split_o: Vec<f32> = o1.into_iter().chain(o2).collect();
+    let (sw, ss) = (gpu.stream.clone_dtoh(&sw).unwrap(), gpu.stream.clone_dtoh(&ss).unwrap());
+    let (eo, es) = (rel_err(&split_o, &ow), rel_err(&ss, &sw));
+    println!("case split {t1}+{t2} vs whole: out {eo:.3e} state {es:.3e}");
+    assert!(eo <= 1e-2 && es <= 1e-3, "split vs whole: out {eo} state {es} (seed {seed})");
+}
+
+#[test]
+fn strided_qkv_views_of_a_packed_buffer() {
+    let Some(ctx) = gpu("strided_qkv_views_of_a_packed_buffer") else { return };
+    let gpu = Gpu::new(&ctx);
+    let mut c = Case::new("strided q/k/v", (2, 4, 128, 128), &[150]);
+    c.fused = false;
+    let (mut rng, seed) = common::rng(8000);
+    let x = make_data(&c, &mut rng);
+    let d = c.dims;
+    let t = c.t();
+    let (qk, vr) = (d.h_k * d.k, d.h_v * d.v);
+    let row = 2 * qk + vr;
+    let mut packed = vec![bf16::ZERO; t * row];
+    for i in 0..t {
+        packed[i * row..i * row + qk].copy_from_slice(&x.q[i * qk..(i + 1) * qk]);
+        packed[i * row + qk..i * row + 2 * qk].copy_from_slice(&x.k[i * qk..(i + 1) * qk]);
+        packed[i * row + 2 * qk..(i + 1) * row].copy_from_slice(&x.v[i * vr..(i + 1) * vr]);
+    }
+    let p = gpu.up(&packed);
+    let (g, beta) = (gpu.up(&x.g), gpu.up(&x.beta));
+    let (cu, slots) = (gpu.up(&c.cu()), gpu.up(&c.slots));
+    let mut st = gpu.up(&x.state0);
+    let mut out = gpu.up(&vec![bf16::NAN; t * vr]);
+    let mut ws = gpu.up(&vec![0u8; workspace_bytes(d, t, 1)]);
+    let inputs = ChunkPrefillInputs {
+        q: p.slice(0..(t - 1) * row + qk),
+        k: p.slice(qk..(t - 1) * row + 2 * qk),
+        v: p.slice(2 * qk..t * row),
+        gating: Gating::Precomputed { g: g.as_view(), beta: beta.as_view() },
+        cu_seqlens: cu.as_view(),
+        slots: slots.as_view(),
+        initial_state: InitialState::FromSlots,
+    };
+    let strides = ChunkPrefillStrides { q: Some(row), k: Some(row), v: Some(row), ab: None };
+    chunk_prefill(
+        &gpu.stream,
+        d,
+        c.opts,
+        strides,
+        &inputs,
+        HostCopies::default(),
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap();
+    let o: Vec<f32> = gpu.stream.clone_dtoh(&out).unwrap().iter().map(|v| v.to_f32()).collect();
+    let s = gpu.stream.clone_dtoh(&st).unwrap();
+    let (ro, rs) = reference(&c, &x);
+    check(&c, &x, &o, &s, &ro, &rs, seed);
+}
+
+#[test]
+#[allow(clippy::too_many_lines)]
+fn rejects_bad_arguments() {
+    let Some(ctx) = gpu("rejects_bad_arguments") else { return };
+    let gpu = Gpu::new(&ctx);
+    let d = GdrDims { h_k: 2, h_v: 4, k: 128, v: 128 };
+    let t = 10;
+    let q = gpu.up(&vec![bf16::ONE; t * 2 * 128]);
+    let v = gpu.up(&vec![bf16::ONE; t * 4 * 128]);
+    let g = gpu.up(&vec![0f32; t * 4]);
+    let cu = gpu.up(&[0i32, 10]);
+    let slots = gpu.up(&[0i32]);
+    let mut st = gpu.up(&vec![0f32; d.state_per_slot()]);
+    let mut out = gpu.up(&vec![bf16::NAN; t * 4 * 128]);
+    let mut ws = gpu.up(&vec![0u8; workspace_bytes(d, t, 1)]);
+    let opts = GdrOptions::default();
+    let s = ChunkPrefillStrides::default();
+    let h = HostCopies::default();
+    let short = gpu.up(&vec![bf16::ONE; t * 2 * 128 - 1]);
+    let e = chunk_prefill(
+        &gpu.stream,
+        d,
+        opts,
+        s,
+        &inputs_of(&short, &q, &v, &g, &cu, &slots),
+        h,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "q", .. }), "{e}");
+    let bad = GdrDims { h_k: 2, h_v: 4, k: 96, v: 128 };
+    let e = chunk_prefill(
+        &gpu.stream,
+        bad,
+        opts,
+        s,
+        &inputs_of(&q, &q, &v, &g, &cu, &slots),
+        h,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Unsupported { .. }), "{e}");
+    let bad = GdrDims { h_k: 3, h_v: 4, k: 128, v: 128 };
+    let e = chunk_prefill(
+        &gpu.stream,
+        bad,
+        opts,
+        s,
+        &inputs_of(&q, &q, &v, &g, &cu, &slots),
+        h,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "dims", .. }), "{e}");
+    let mut small = gpu.up(&vec![0u8; workspace_bytes(d, t, 1) - 1]);
+    let e = chunk_prefill(
+        &gpu.stream,
+        d,
+        opts,
+        s,
+        &inputs_of(&q, &q, &v, &g, &cu, &slots),
+        h,
+        &mut st,
+        &mut out,
+        &mut small,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "workspace", .. }), "{e}");
+    let hs = HostCopies { cu_seqlens: None, slots: Some(&[1]) };
+    let e = chunk_prefill(
+        &gpu.stream,
+        d,
+        opts,
+        s,
+        &inputs_of(&q, &q, &v, &g, &cu, &slots),
+        hs,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "slots", .. }), "{e}");
+    let hc = HostCopies { cu_seqlens: Some(&[0, 9]), slots: None };
+    let e = chunk_prefill(
+        &gpu.stream,
+        d,
+        opts,
+        s,
+        &inputs_of(&q, &q, &v, &g, &cu, &slots),
+        hc,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "cu_seqlens", .. }), "{e}");
+    let bs = ChunkPrefillStrides { q: Some(2 * 128 + 8), ..s };
+    let wide = gpu.up(&vec![bf16::ONE; t * (2 * 128 + 8)]);
+    let e = chunk_prefill(
+        &gpu.stream,
+        d,
+        opts,
+        bs,
+        &inputs_of(&wide, &q, &v, &g, &cu, &slots),
+        h,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "q", .. }), "{e}");
+    assert!(
+        gpu.stream.clone_dtoh(&out).unwrap().iter().all(|x| x.is_nan()),
+        "written on error path"
+    );
+}
+
+#[test]
+fn bad_device_slots_and_cu_seqlens_stay_in_bounds() {
+    // Out-of-range device slots behave as padding; garbage cu_seqlens are clamped (results
+    // unspecified, but nothing outside the buffers is touched: run this under memcheck).
+    let Some(ctx) = gpu("bad_device_slots_and_cu_seqlens_stay_in_bounds") else { return };
+    let gpu = Gpu::new(&ctx);
+    let mut c = Case::new("oob slot", (2, 4, 64, 64), &[70, 30]);
+    c.slots = vec![1, 99];
+    c.num_slots = 3;
+    let (mut rng, _) = common::rng(9000);
+    let x = make_data(&c, &mut rng);
+    let mut st = gpu.up(&x.state0);
+    let cu_bad = [0i32, 1000, -5];
+    let d = c.dims;
+    let t = c.t();
+    let (q, k, v) = (gpu.up(&x.q), gpu.up(&x.k), gpu.up(&x.v));
+    let (g, beta) = (gpu.up(&x.g), gpu.up(&x.beta));
+    let (cu, slots) = (gpu.up(&cu_bad), gpu.up(&c.slots));
+    let mut out = gpu.up(&vec![bf16::NAN; t * d.h_v * d.v]);
+    let mut ws = gpu.up(&vec![0u8; workspace_bytes(d, t, 2)]);
+    let inputs = ChunkPrefillInputs {
+        q: q.as_view(),
+        k: k.as_view(),
+        v: v.as_view(),
+        gating: Gating::Precomputed { g: g.as_view(), beta: beta.as_view() },
+        cu_seqlens: cu.as_view(),
+        slots: slots.as_view(),
+        initial_state: InitialState::FromSlots,
+    };
+    chunk_prefill(
+        &gpu.stream,
+        d,
+        c.opts,
+        ChunkPrefillStrides::default(),
+        &inputs,
+        HostCopies::default(),
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap();
+    gpu.stream.synchronize().unwrap();
+    let s = gpu.stream.clone_dtoh(&st).unwrap();
+    let per = d.state_per_slot();
+    assert_eq!(&s[..per], &x.state0[..per], "canary slot 0 changed");
+    assert_eq!(&s[2 * per..], &x.state0[2 * per..], "canary slot 2 changed");
+}
+
+fn inputs_of<'a>(
+    q: &'a CudaSlice<bf16>,
+    k: &'a CudaSlice<bf16>,
+    v: &'a CudaSlice<bf16>,
+    g: &'a CudaSlice<f32>,
+    cu: &'a CudaSlice<i32>,
+    slots: &'a CudaSlice<i32>,
+) -> ChunkPrefillInputs<'a> {
+    ChunkPrefillInputs {
+        q: q.as_view(),
+        k: k.as_view(),
+        v: v.as_view(),
+        gating: Gating::Precomputed { g: g.as_view(), beta: g.as_view() },
+        cu_seqlens: cu.as_view(),
+        slots: slots.as_view(),
+        initial_state: InitialState::FromSlots,
+    }
+}
