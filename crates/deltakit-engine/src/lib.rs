@@ -9,11 +9,13 @@
 //! - [`state`]: state-slot and KV-page pools;
 //! - [`model`]: the Qwen3.5 decoder written once over the backend;
 //! - [`generate`]: the engine (forward steps over sequences) and the generation scheduler;
+//! - [`eval`]: multiple-choice evaluation (prompts, answer extraction, accuracy with a CI);
 //! - [`paths`]: finding the bundled tiny model at run time.
 
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod eval;
 pub mod generate;
 pub mod model;
 pub mod paths;

@@ -1,5 +1,6 @@
 //! `deltakit` command-line tool: `generate` (text or token ids; streaming, JSONL logprobs),
-//! `bench` (dummy weights at real sizes), `info` (build and device report).
+//! `bench` (dummy weights at real sizes), `eval-mc` (multiple-choice accuracy with a 95% CI),
+//! `info` (build and device report).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,9 @@ use rand::{Rng, SeedableRng};
 use deltakit_engine::backend::cpu::Cpu;
 use deltakit_engine::backend::Backend;
 use deltakit_engine::config::ModelConfig;
+use deltakit_engine::eval::{
+    self, EvalError, EvalOptions, ItemResult, Observer, Summary, Template,
+};
 use deltakit_engine::generate::{Engine, Event, GenOptions, Request, SamplingParams};
 use deltakit_engine::model::Qwen35;
 use deltakit_engine::paths::bundled_model_dir;
@@ -21,6 +25,7 @@ use deltakit_engine::tokenizer::{parse_token_ids, StreamDecoder, Tokenizer};
 use deltakit_engine::weights::{DummyWeights, SafetensorsWeights, WeightSource};
 use deltakit_ref::Elem;
 use half::bf16;
+use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
 #[command(name = "deltakit", version, about = "Gated DeltaNet / Qwen3.5 kernels and engine")]
@@ -37,6 +42,9 @@ enum Command {
     Generate(GenerateArgs),
     /// Throughput benchmark with dummy weights from a config alone.
     Bench(BenchArgs),
+    /// Multiple-choice evaluation over a JSONL file: per-item results and accuracy with a 95%
+    /// Wilson interval.
+    EvalMc(EvalMcArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -135,12 +143,54 @@ struct BenchArgs {
     common: ModelArgs,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TemplateArg {
+    /// Plain text ending in "Answer:" (base and instruction models).
+    Plain,
+    /// The same question as one ChatML user turn (Qwen chat models).
+    Chatml,
+}
+
+#[derive(Args)]
+struct EvalMcArgs {
+    /// Model directory (config.json, *.safetensors, tokenizer.json). Default: the bundled tiny
+    /// model (tests/fixtures/tiny-causal, or $DELTAKIT_MODEL_DIR).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// JSONL items: {"id", "question", "options": [4..10 strings], "answer": "B" | "answer_index": 1}.
+    #[arg(long)]
+    data: PathBuf,
+    /// Token budget per item (with --rerun-truncated: the new, larger budget).
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Sequences generated together.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Prompt template.
+    #[arg(long, value_enum, default_value = "plain")]
+    template: TemplateArg,
+    /// Per-item results (JSONL). Default: eval_mc_results.jsonl, or with --rerun-truncated the
+    /// RESULTS file itself (rewritten atomically).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Regenerate only the items of RESULTS.jsonl with truncated=true, with --max-tokens (larger
+    /// than their previous budget), and merge them into the results.
+    #[arg(long, value_name = "RESULTS.jsonl")]
+    rerun_truncated: Option<PathBuf>,
+    /// Evaluate only the first N items of the data file (not with --rerun-truncated).
+    #[arg(long)]
+    limit: Option<usize>,
+    #[command(flatten)]
+    common: ModelArgs,
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Info => info(),
         Command::Generate(a) => generate(&a),
         Command::Bench(a) => bench(&a),
+        Command::EvalMc(a) => eval_mc(&a),
     }
 }
 
@@ -420,6 +470,154 @@ fn run_bench<B: Backend>(a: &BenchArgs, mut engine: Engine<B>, t_load: Instant) 
         stats.decode_steps,
         stats.mean_ttft.as_secs_f64() * 1e3
     );
+    Ok(())
+}
+
+/// Progress bar and streaming of results to the output file.
+struct EvalProgress {
+    bar: ProgressBar,
+    out: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+}
+
+impl Observer for EvalProgress {
+    fn sequence_finished(&mut self) {
+        self.bar.inc(1);
+    }
+
+    fn item_done(&mut self, r: &ItemResult) -> std::result::Result<(), EvalError> {
+        if let Some((path, f)) = &mut self.out {
+            let io = |source| EvalError::Io { path: path.clone(), source };
+            writeln!(f, "{}", eval::report::to_line(r)?).map_err(io)?;
+            f.flush().map_err(io)?;
+        }
+        Ok(())
+    }
+}
+
+fn eval_mc(a: &EvalMcArgs) -> Result<()> {
+    if a.max_tokens == 0 || a.batch == 0 {
+        bail!("--max-tokens and --batch must be > 0");
+    }
+    if a.limit == Some(0) {
+        bail!("--limit must be > 0");
+    }
+    if a.limit.is_some() && a.rerun_truncated.is_some() {
+        bail!("--limit cannot be combined with --rerun-truncated");
+    }
+    let dir = match &a.model {
+        Some(d) => d.clone(),
+        None => bundled_model_dir()?,
+    };
+    if !dir.is_dir() {
+        bail!("--model {}: not a model directory", dir.display());
+    }
+    let tok = Tokenizer::from_path(&dir.join("tokenizer.json"))?;
+    let mut items = eval::load_jsonl(&a.data)?;
+    if let Some(n) = a.limit {
+        items.truncate(n);
+    }
+    let template = match a.template {
+        TemplateArg::Plain => Template::Plain,
+        TemplateArg::Chatml => Template::Chatml,
+    };
+    let previous = a.rerun_truncated.as_deref().map(eval::report::read_results).transpose()?;
+    let todo = match &previous {
+        Some(prev) => eval::select_truncated(&items, prev, a.max_tokens)?,
+        None => items.clone(),
+    };
+    let out = match (&a.out, &a.rerun_truncated) {
+        (Some(o), _) => o.clone(),
+        (None, Some(r)) => r.clone(),
+        (None, None) => PathBuf::from("eval_mc_results.jsonl"),
+    };
+    let prompts = eval::encode_prompts(&tok, &todo, template)?;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
+    let t0 = Instant::now();
+    let cache =
+        |cfg: &ModelConfig| cache_for(cfg, a.batch, longest + a.max_tokens, a.common.page_size);
+    let job = EvalJob {
+        a,
+        dir: &dir,
+        tok: &tok,
+        todo: &todo,
+        prompts: &prompts,
+        template,
+        previous,
+        out: &out,
+    };
+    match a.common.dtype {
+        Dtype::F32 => run_eval(&job, load_engine::<f32>(&dir, &a.common, cache)?, t0),
+        Dtype::Bf16 => run_eval(&job, load_engine::<bf16>(&dir, &a.common, cache)?, t0),
+    }
+}
+
+/// Everything `run_eval` needs besides the engine.
+struct EvalJob<'a> {
+    a: &'a EvalMcArgs,
+    dir: &'a Path,
+    tok: &'a Tokenizer,
+    todo: &'a [eval::McItem],
+    prompts: &'a [Vec<u32>],
+    template: Template,
+    previous: Option<Vec<ItemResult>>,
+    out: &'a Path,
+}
+
+/// The backend-generic part of `eval-mc`: generation with a progress bar, results, summary.
+fn run_eval<B: Backend>(job: &EvalJob<'_>, mut engine: Engine<B>, t0: Instant) -> Result<()> {
+    let a = job.a;
+    let cfg = engine.model().config().clone();
+    let opts = EvalOptions {
+        max_tokens: a.max_tokens,
+        batch: a.batch,
+        template: job.template,
+        stop_tokens: eval::stop_tokens(job.tok, &cfg.eos_token_ids, job.template),
+        gen: GenOptions { prefill_chunk: a.common.prefill_chunk, ..GenOptions::default() },
+    };
+    let bar = ProgressBar::new(job.todo.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} items [{elapsed_precise} < {eta}] {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let stream_to = if job.previous.is_none() {
+        let f = std::fs::File::create(job.out)
+            .with_context(|| format!("creating {}", job.out.display()))?;
+        Some((job.out.to_path_buf(), std::io::BufWriter::new(f)))
+    } else {
+        None
+    };
+    let mut obs = EvalProgress { bar, out: stream_to };
+    let fresh = eval::evaluate(&mut engine, job.tok, job.todo, job.prompts, &opts, &mut obs)?;
+    obs.bar.finish_and_clear();
+    let results = match &job.previous {
+        Some(prev) => {
+            let merged = eval::merge(prev.clone(), fresh);
+            eval::report::write_results(job.out, &merged)?;
+            merged
+        }
+        None => fresh,
+    };
+    let summary = Summary::of(&results);
+    let what = if job.previous.is_some() {
+        format!("reran {} truncated item(s) with max_tokens {}", job.todo.len(), a.max_tokens)
+    } else {
+        format!("max_tokens {}", a.max_tokens)
+    };
+    eprintln!(
+        "eval-mc {} | model {} on {} | {} | {:.2}s",
+        a.data.display(),
+        job.dir.display(),
+        engine.backend_name(),
+        what,
+        t0.elapsed().as_secs_f64()
+    );
+    let methods: Vec<String> =
+        eval::report::method_counts(&results).iter().map(|(m, n)| format!("{m} {n}")).collect();
+    println!("{summary}");
+    println!("extraction: {}", methods.join(", "));
+    println!("results: {}", job.out.display());
     Ok(())
 }
 

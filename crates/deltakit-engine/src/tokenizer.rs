@@ -56,6 +56,12 @@ impl Tokenizer {
             .map_err(|e| EngineError::Tokenizer(format!("decoding {ids:?}: {e}")))
     }
 
+    /// The id of a token given in its string form (e.g. an added token `<|im_end|>`), if any.
+    #[must_use]
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     /// The string form of one token id, if it exists.
     #[must_use]
     pub fn id_to_token(&self, id: u32) -> Option<String> {

@@ -1,0 +1,499 @@
+//! Answer extraction: the option letter a completion commits to, or none.
+//!
+//! The rules, in order (the first stage that decides wins; nothing is ever guessed):
+//!
+//! 0. **Normalization.** Full-width forms (`Ｂ`, `：`, `（`) become ASCII. If the completion has a
+//!    `</think>`, only the text after the last one is read; if it opens `<think>` and never closes
+//!    it, the reasoning never finished: `unfinished_reasoning` (unanswered).
+//! 1. **Explicit markers** (case-insensitive). A marker phrase followed by a letter:
+//!    `answer: X`, `answer is X`, `the correct/final/best answer is (X)`, `final answer: X`,
+//!    `answer would/should be X`, `correct option/choice is X`, `answer is option X`,
+//!    `answer: **X**`, `\boxed{X}` (also `\boxed{\text{X}}`); Chinese `答案是 X`, `答案：X`,
+//!    `答案为 X`, `正确选项是 X`, `选 X` / `选择 X`; Spanish `la respuesta (correcta) es X`,
+//!    `respuesta: X`; French `la (bonne) réponse est X`, `réponse : X`; German
+//!    `die (richtige) Antwort ist/lautet X`, `Antwort: X`; Portuguese `a resposta é X`; Italian
+//!    `la risposta è X`; Japanese `答えは X`, `正解は X`. A few adverbs (`clearly`, `definitely`,
+//!    ...) and the words `option` / `choice` / `letter` may sit between phrase and letter, and the
+//!    letter may be wrapped in `( )`, `[ ]`, `** **`, `$ $`, quotes, `\text{ }`.
+//!    The letter must end there: not followed by a letter or digit, `'x`, `-x` or `.x`
+//!    (`Because`, `I'm`, `B-cell`, `e.g.`). A lowercase letter, or `A` / `I`, that is not wrapped
+//!    and is followed by a lowercase word is prose (`the answer is a bit unclear`,
+//!    `Answer: I think ...`) unless that word is a connector (`because`, `since`, `as`, `is`,
+//!    `and`, ... see [`CONNECTORS`]): `Answer: A because ...` is an answer.
+//!    **The last marker in the text wins.** If that last marker names a letter outside the
+//!    item's options (`E` with 4 options, or `K..Z`), the item is unanswered (`invalid_letter`):
+//!    an earlier, retracted answer is not used instead.
+//!    A lone bold letter `**X**` (or `**X.** text`) is a weaker marker: it counts only when no
+//!    phrase marker exists (so `Answer: B ... **C** is wrong` gives `B`), again last one wins, and
+//!    out-of-range bold letters are ignored.
+//! 2. **Standalone letter.** A token that is exactly an option letter, optionally as `(X)`, `[X]`,
+//!    `X.`, `X)` or `X:`: on its left only whitespace, `(`, `[`, `{`, `*`, a quote or CJK text;
+//!    on its right only whitespace, `)`, `]`, `}`, `.`, `:`, `,`, `;`, `!`, `?`, `*`, a quote or
+//!    CJK text; never inside a word (`At`, `I'm`, `U.S.`, `B-cell`, `x+B`), and not right after a
+//!    negation (`not B`, `isn't B`, `except B`; see [`NEGATIONS`]). Lowercase counts only when
+//!    parenthesized (`(b)`) or when it is the whole completion. Prose, unless the next word is a
+//!    connector (`A is correct`): a capital `I` followed by a lowercase word (`I think`, the
+//!    pronoun), and a capital `A` followed by a lowercase word at the start of a sentence (text or
+//!    line start, or after `.`, `!`, `?`, `:`: `A good option is ...`, the article); mid-sentence
+//!    `pick A over B` keeps `A` (the article there would be lowercase). If some lines consist of a letter alone and they all name the same letter, that
+//!    letter wins; otherwise, if all standalone letters name the same option, it wins; several
+//!    different letters fall through to stage 3.
+//! 3. **Option text.** Texts are normalized (lowercase, punctuation to spaces, whitespace
+//!    collapsed) and matched as whole words. If exactly one option's full text occurs (an option
+//!    whose every occurrence lies inside a longer matching option, such as `Paris` inside
+//!    `Paris, Texas`, does not count), that option wins; several: unanswered.
+//! 4. Otherwise: `unanswered` (method `none`).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::data::letter;
+
+/// Words after a bare `A` / `I` / lowercase letter that make it an answer, not prose.
+pub const CONNECTORS: &[&str] = &[
+    "because",
+    "since",
+    "as",
+    "is",
+    "was",
+    "seems",
+    "appears",
+    "which",
+    "and",
+    "or",
+    "but",
+    "so",
+    "hence",
+    "therefore",
+    "given",
+    "due",
+    "per",
+    "based",
+];
+
+/// Words skipped between a marker phrase and its letter.
+const FILLERS: &[&str] = &[
+    "clearly",
+    "definitely",
+    "probably",
+    "likely",
+    "most",
+    "therefore",
+    "thus",
+    "indeed",
+    "actually",
+    "simply",
+    "option",
+    "choice",
+    "letter",
+    "opción",
+    "opcion",
+    "choix",
+    "opção",
+    "opzione",
+];
+
+/// Which rule decided an [`Extraction`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// An explicit marker phrase (`Answer: X`, `\boxed{X}`, `答案是 X`, ...).
+    Marker,
+    /// A lone bold letter `**X**` (no phrase marker present).
+    Bold,
+    /// A standalone option letter.
+    Standalone,
+    /// The text of exactly one option.
+    OptionText,
+    /// The last explicit marker names a letter the item does not have (unanswered).
+    InvalidLetter,
+    /// `<think>` without `</think>`: the answer part never started (unanswered).
+    UnfinishedReasoning,
+    /// Nothing found (unanswered).
+    None,
+}
+
+impl Method {
+    /// The name used in the results file.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Marker => "marker",
+            Method::Bold => "bold",
+            Method::Standalone => "standalone",
+            Method::OptionText => "option_text",
+            Method::InvalidLetter => "invalid_letter",
+            Method::UnfinishedReasoning => "unfinished_reasoning",
+            Method::None => "none",
+        }
+    }
+}
+
+/// The outcome of [`extract`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extraction {
+    /// The 0-based option index, if an answer was found.
+    pub index: Option<usize>,
+    /// The rule that decided.
+    pub method: Method,
+}
+
+impl Extraction {
+    /// The answer letter, if any.
+    #[must_use]
+    pub fn letter(&self) -> Option<char> {
+        self.index.map(letter)
+    }
+
+    fn none(method: Method) -> Self {
+        Self { index: None, method }
+    }
+}
+
+// Constant patterns; `regex_patterns_compile` (below) checks them, so these never panic.
+static MARKER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)(?:",
+        r"\b(?:(?:final|correct|right|best|true)\s+)?answer(?:\s+(?:choice|option|letter))?",
+        r"\s*(?:is|would\s+be|should\s+be|will\s+be|must\s+be|=|:|-)",
+        r"|\b(?:final|correct|right|best)\s+(?:option|choice)\s*(?:is|would\s+be|should\s+be|:)",
+        r"|\\boxed\s*\{|\\fbox\s*\{",
+        r"|(?:正确|正確|最终|最終)(?:的)?(?:选项|選項|答案)\s*(?:应该是|应为|是|为|為|:)?",
+        r"|答案\s*(?:应该是|應該是|应为|應為|应是|是|为|為|:)?",
+        r"|选择?|選擇?",
+        r"|答え\s*(?:は|:)|正解\s*(?:は|:)",
+        r"|\bla\s+respuesta\s+(?:correcta\s+|final\s+)?(?:es|sería|seria)",
+        r"|\brespuesta(?:\s+correcta|\s+final)?\s*:",
+        r"|\bla\s+(?:bonne\s+)?r[ée]ponse\s+(?:correcte\s+|finale\s+)?(?:est|serait)",
+        r"|\br[ée]ponse(?:\s+correcte|\s+finale)?\s*:",
+        r"|\b(?:die\s+)?(?:richtige\s+|korrekte\s+)?antwort\s+(?:ist|lautet|wäre)",
+        r"|\bantwort\s*:",
+        r"|\ba\s+resposta\s+(?:correta\s+)?(?:é|e)\b",
+        r"|\bla\s+risposta\s+(?:corretta\s+)?(?:è|e)\b",
+        r")"
+    ))
+    .expect("constant marker pattern")
+});
+
+static BOLD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"\*\*\s*\(?\s*([A-Za-z])\s*\)?\s*[.:)]?\s*\*\*",
+        r"|\*\*\s*\(?([A-Za-z])[.:)]\s+[^*\n]{1,200}\*\*"
+    ))
+    .expect("constant bold pattern")
+});
+
+/// A Latin-script word character (letters incl. accented, digits, `_`). CJK text around a
+/// letter does not glue it into a word (`答案是B选项`).
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || (c.is_alphabetic() && (c as u32) < 0x0250)
+}
+
+/// CJK text and punctuation (U+2E80 and up): it may touch a standalone letter (`选项C是`).
+fn is_cjk(c: char) -> bool {
+    (c as u32) >= 0x2E80 && !is_word_char(c) && c != '\u{FFFD}'
+}
+
+/// Full-width ASCII forms to ASCII, ideographic space to a space.
+fn normalize_width(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+            '\u{3000}' => ' ',
+            _ => c,
+        })
+        .collect()
+}
+
+/// Whether the letter just before `rest` ends there: `rest` does not start with a word char,
+/// `'x`, `-x` or `.x` (x a word char).
+fn ends_token(rest: &str) -> bool {
+    let mut it = rest.chars();
+    match it.next() {
+        Some(c) if is_word_char(c) => false,
+        Some('\'' | '\u{2019}' | '-' | '.') => !it.next().is_some_and(is_word_char),
+        _ => true,
+    }
+}
+
+/// The word (alphabetic run) after leading whitespace, if `rest` starts with whitespace.
+fn next_word(rest: &str) -> Option<&str> {
+    let t = rest.trim_start();
+    if t.len() == rest.len() {
+        return None;
+    }
+    let end = t.find(|c: char| !c.is_alphabetic()).unwrap_or(t.len());
+    Some(&t[..end]).filter(|w| !w.is_empty())
+}
+
+/// A bare letter followed by a lowercase non-connector word reads as prose (`a bit`, `I think`).
+/// `sentence_start`: `A` counts as a possible article only there (mid-sentence the article is
+/// lowercase); `I` and lowercase letters are always checked.
+fn is_prose(letter: char, rest: &str, sentence_start: bool) -> bool {
+    let risky = letter.is_ascii_lowercase() || letter == 'I' || (letter == 'A' && sentence_start);
+    risky
+        && next_word(rest).is_some_and(|w| {
+            w.chars().next().is_some_and(char::is_lowercase) && !CONNECTORS.contains(&w)
+        })
+}
+
+fn strip_any<'a>(s: &'a str, tokens: &[&str]) -> Option<&'a str> {
+    tokens.iter().find_map(|t| s.strip_prefix(t))
+}
+
+const OPENERS: &[&str] = &[
+    "\\boxed{",
+    "\\textbf{",
+    "\\text{",
+    "\\mathrm{",
+    "\\mathbf{",
+    "**",
+    "*",
+    "(",
+    "[",
+    "{",
+    "$",
+    "\"",
+    "'",
+    "\u{201C}",
+    "\u{2018}",
+    "\u{300C}",
+    "\u{3010}",
+];
+const CLOSERS: &[&str] =
+    &["**", "*", ")", "]", "}", "$", "\"", "'", "\u{201D}", "\u{2019}", "\u{300D}", "\u{3011}"];
+
+/// Parse the letter a marker phrase points at, starting right after the phrase. Returns the
+/// (uppercase) letter, or `None` if no letter follows or it reads as prose.
+fn letter_after_marker(s: &str) -> Option<char> {
+    let mut t = s.trim_start();
+    if let Some(r) = t.strip_prefix(':') {
+        t = r.trim_start();
+    }
+    // Fillers: "clearly", "option", ... (whole words only).
+    for _ in 0..3 {
+        let w_end = t.find(|c: char| !c.is_alphabetic()).unwrap_or(t.len());
+        if w_end > 1 && FILLERS.iter().any(|f| t[..w_end].eq_ignore_ascii_case(f)) {
+            t = t[w_end..].trim_start();
+        } else {
+            break;
+        }
+    }
+    let mut opened = 0;
+    while let Some(r) = strip_any(t, OPENERS) {
+        opened += 1;
+        t = r.trim_start();
+    }
+    let c = t.chars().next().filter(char::is_ascii_alphabetic)?;
+    let after = &t[1..];
+    if !ends_token(after) {
+        return None;
+    }
+    let mut rest = after;
+    let mut closed = 0;
+    loop {
+        let r = rest.trim_start();
+        match strip_any(r, CLOSERS) {
+            Some(r2) => {
+                closed += 1;
+                rest = r2;
+            }
+            None => break,
+        }
+    }
+    if !(opened > 0 && closed > 0) && is_prose(c, rest, true) {
+        return None;
+    }
+    Some(c.to_ascii_uppercase())
+}
+
+/// Stage 1: the last phrase marker, else the last bold letter.
+fn marker_stage(text: &str, n: usize) -> Option<Extraction> {
+    let mut last: Option<(usize, char)> = None;
+    for m in MARKER.find_iter(text) {
+        if let Some(c) = letter_after_marker(&text[m.end()..]) {
+            last = Some((m.end(), c));
+        }
+    }
+    if let Some((_, c)) = last {
+        let i = c as usize - 'A' as usize;
+        return Some(if i < n {
+            Extraction { index: Some(i), method: Method::Marker }
+        } else {
+            Extraction::none(Method::InvalidLetter)
+        });
+    }
+    let mut bold = None;
+    for caps in BOLD.captures_iter(text) {
+        let Some(c) = caps.get(1).or_else(|| caps.get(2)) else { continue };
+        let i =
+            c.as_str().chars().next().map_or(usize::MAX, |c| {
+                (c.to_ascii_uppercase() as usize).wrapping_sub('A' as usize)
+            });
+        if i < n {
+            bold = Some(i);
+        }
+    }
+    bold.map(|i| Extraction { index: Some(i), method: Method::Bold })
+}
+
+/// Words that negate the letter after them (`not B`, `isn't B`): that letter is not an answer.
+pub const NEGATIONS: &[&str] = &["not", "never", "except", "nor", "neither", "excluding"];
+
+/// Whether the word before a letter (`before` is the text up to it) is a negation.
+fn negated(before: &str) -> bool {
+    let t = before.trim_end_matches(|c: char| c.is_whitespace() || "([{*\"'".contains(c));
+    let start = t
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_alphabetic() || c == '\'' || c == '\u{2019}'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let w = t[start..].to_lowercase();
+    NEGATIONS.contains(&w.as_str()) || w.ends_with("n't") || w.ends_with("n\u{2019}t")
+}
+
+/// Stage 2: standalone letters.
+fn standalone_stage(text: &str, n: usize) -> Option<usize> {
+    let whole = text.trim().trim_matches(|c: char| "()[].:*".contains(c) || c.is_whitespace());
+    let mut any: Vec<usize> = Vec::new();
+    let mut alone: Vec<usize> = Vec::new();
+    for line in text.lines() {
+        let lt = line.trim().trim_matches(|c: char| "()[].:*".contains(c) || c.is_whitespace());
+        for (p, c) in line.char_indices() {
+            if !c.is_ascii_alphabetic() {
+                continue;
+            }
+            let i = (c.to_ascii_uppercase() as usize).wrapping_sub('A' as usize);
+            if i >= n {
+                continue;
+            }
+            let before = &line[..p];
+            let after = &line[p + 1..];
+            let left_ok = before.chars().next_back().is_none_or(|b| {
+                b.is_whitespace() || "([{*\"'\u{201C}\u{2018}".contains(b) || is_cjk(b)
+            });
+            let right_ok = after.chars().next().is_none_or(|a| {
+                a.is_whitespace() || ")]}.:,;!?*\"'\u{201D}\u{2019}".contains(a) || is_cjk(a)
+            });
+            if !(left_ok && right_ok && ends_token(after)) || negated(before) {
+                continue;
+            }
+            let paren = before.trim_end().ends_with(['(', '['])
+                && after.trim_start().starts_with([')', ']']);
+            let list_paren = after.starts_with(')');
+            if c.is_ascii_lowercase() && !(paren || list_paren || whole.len() == 1) {
+                continue;
+            }
+            let sentence_start =
+                before.trim_end().is_empty() || before.trim_end().ends_with(['.', '!', '?', ':']);
+            if !paren && is_prose(c, after, sentence_start) {
+                continue;
+            }
+            any.push(i);
+            if lt.len() == 1 {
+                alone.push(i);
+            }
+        }
+    }
+    let single = |v: &[usize]| v.first().copied().filter(|f| v.iter().all(|x| x == f));
+    single(&alone).or_else(|| single(&any))
+}
+
+/// Lowercase, non-alphanumerics to spaces, whitespace collapsed, padded with one space each side.
+fn norm_words(s: &str) -> String {
+    let mut out = String::from(" ");
+    for w in s
+        .chars()
+        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+        .collect::<String>()
+        .split_whitespace()
+    {
+        out.push_str(&w.to_lowercase());
+        out.push(' ');
+    }
+    out
+}
+
+/// Stage 3: the text of exactly one option.
+fn option_text_stage(text: &str, options: &[String]) -> Option<usize> {
+    let hay = norm_words(text);
+    let mut spans: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    for (i, o) in options.iter().enumerate() {
+        let needle = norm_words(o);
+        if needle.trim().is_empty() {
+            continue;
+        }
+        let v: Vec<(usize, usize)> =
+            hay.match_indices(&needle).map(|(s, m)| (s, s + m.len())).collect();
+        if !v.is_empty() {
+            spans.push((i, v));
+        }
+    }
+    let keep: Vec<usize> = spans
+        .iter()
+        .filter(|(i, v)| {
+            // Dominated: every occurrence lies inside a longer matching option's occurrence.
+            let dominated = v.iter().all(|&(s, e)| {
+                spans.iter().any(|(j, w)| {
+                    j != i && w.iter().any(|&(s2, e2)| s2 <= s && e <= e2 && e2 - s2 > e - s)
+                })
+            });
+            !dominated
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    match keep.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// Extract the answer of `completion` for an item with `options` (4..=10; letters `A..`).
+/// See the module docs for the rules.
+#[must_use]
+pub fn extract(completion: &str, options: &[String]) -> Extraction {
+    let n = options.len().min(super::data::MAX_OPTIONS);
+    let norm = normalize_width(completion);
+    let text = if let Some(p) = norm.rfind("</think>") {
+        &norm[p + "</think>".len()..]
+    } else if norm.contains("<think>") {
+        return Extraction::none(Method::UnfinishedReasoning);
+    } else {
+        norm.as_str()
+    };
+    if let Some(e) = marker_stage(text, n) {
+        return e;
+    }
+    if let Some(i) = standalone_stage(text, n) {
+        return Extraction { index: Some(i), method: Method::Standalone };
+    }
+    if let Some(i) = option_text_stage(text, options) {
+        return Extraction { index: Some(i), method: Method::OptionText };
+    }
+    Extraction::none(Method::None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regex_patterns_compile() {
+        assert!(MARKER.is_match("answer: B"));
+        assert!(BOLD.is_match("**B**"));
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(normalize_width("答案：Ｂ"), "答案:B");
+        assert!(ends_token(". Next"));
+        assert!(!ends_token(".g."));
+        assert!(!ends_token("'m"));
+        assert!(is_prose('A', " good option", true));
+        assert!(!is_prose('A', " over B", false));
+        assert!(is_prose('I', " think", false));
+        assert!(!is_prose('A', " because", true));
+        assert!(!is_prose('B', " good", true));
+        assert_eq!(norm_words("Paris, TEXAS!"), " paris texas ");
+    }
+}

@@ -1,0 +1,285 @@
+//! Per-item results (JSONL) and the accuracy summary with a Wilson score interval.
+//!
+//! Each results line is one [`ItemResult`]:
+//!
+//! ```json
+//! {"id":"q17","completion":" B","extracted":"B","gold":"B","correct":true,"truncated":false,
+//!  "max_tokens":64,"completion_tokens":2,"method":"standalone"}
+//! ```
+//!
+//! `extracted` is a letter or the string `"unanswered"`; `max_tokens` is the budget the item was
+//! generated with (`--rerun-truncated` needs a larger one).
+//!
+//! **Confidence interval.** Accuracy `p = correct / n` is reported with the 95% Wilson score
+//! interval (z = 1.959964): with `z2 = z^2`,
+//! `center = (p + z2 / 2n) / (1 + z2 / n)` and
+//! `half = z / (1 + z2 / n) * sqrt(p (1 - p) / n + z2 / 4n^2)`; the interval is
+//! `[center - half, center + half]`. Unlike the normal approximation it stays inside `[0, 1]` and
+//! is sensible at `p = 0`, `p = 1` and small `n`. Unanswered items count as incorrect.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::data::id_key;
+use super::EvalError;
+
+/// The `extracted` value of an item with no answer found.
+pub const UNANSWERED: &str = "unanswered";
+
+/// z of a two-sided 95% interval.
+pub const Z95: f64 = 1.959_963_984_540_054;
+
+/// One evaluated item: a line of the results file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemResult {
+    /// The item id (string or number, as in the data).
+    pub id: Value,
+    /// The decoded completion (cut at the template's stop text, if any).
+    pub completion: String,
+    /// The extracted letter, or [`UNANSWERED`].
+    pub extracted: String,
+    /// The gold letter.
+    pub gold: String,
+    /// `extracted == gold`.
+    pub correct: bool,
+    /// Generation hit the token budget (or the context limit) before finishing.
+    pub truncated: bool,
+    /// The token budget this completion was generated with.
+    pub max_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Which extraction rule decided (`marker`, `bold`, `standalone`, `option_text`, `none`,
+    /// `invalid_letter`, `unfinished_reasoning`).
+    pub method: String,
+}
+
+impl ItemResult {
+    /// The id as a string key.
+    #[must_use]
+    pub fn key(&self) -> String {
+        id_key(&self.id)
+    }
+
+    /// No answer was extracted.
+    #[must_use]
+    pub fn unanswered(&self) -> bool {
+        self.extracted == UNANSWERED
+    }
+}
+
+/// Accuracy summary of a results set.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// Items.
+    pub n: usize,
+    /// Correct items.
+    pub correct: usize,
+    /// Items with no extracted answer (scored incorrect).
+    pub unanswered: usize,
+    /// Items whose generation hit the token budget.
+    pub truncated: usize,
+    /// `correct / n` (0 for `n = 0`).
+    pub accuracy: f64,
+    /// 95% Wilson score interval of the accuracy.
+    pub ci95: (f64, f64),
+}
+
+impl Summary {
+    /// Summarize `results`.
+    #[must_use]
+    pub fn of(results: &[ItemResult]) -> Self {
+        let n = results.len();
+        let correct = results.iter().filter(|r| r.correct).count();
+        let unanswered = results.iter().filter(|r| r.unanswered()).count();
+        let truncated = results.iter().filter(|r| r.truncated).count();
+        let accuracy = if n == 0 { 0.0 } else { correct as f64 / n as f64 };
+        Self { n, correct, unanswered, truncated, accuracy, ci95: wilson(correct, n, Z95) }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "accuracy {:.2}% ({}/{}), 95% CI [{:.2}%, {:.2}%] (Wilson) | unanswered {} | \
+             truncated {}",
+            self.accuracy * 100.0,
+            self.correct,
+            self.n,
+            self.ci95.0 * 100.0,
+            self.ci95.1 * 100.0,
+            self.unanswered,
+            self.truncated
+        )
+    }
+}
+
+/// How many results each extraction method decided, most frequent first (ties by name):
+/// `marker 41, standalone 3, none 2`.
+#[must_use]
+pub fn method_counts(results: &[ItemResult]) -> Vec<(String, usize)> {
+    let mut m: HashMap<&str, usize> = HashMap::new();
+    for r in results {
+        *m.entry(r.method.as_str()).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+/// Wilson score interval of `successes` out of `n` trials at normal quantile `z`; `(0, 1)` for
+/// `n = 0`. Bounds are clamped to `[0, 1]` (rounding).
+#[must_use]
+pub fn wilson(successes: usize, n: usize, z: f64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let nf = n as f64;
+    let p = successes.min(n) as f64 / nf;
+    let z2 = z * z;
+    let denom = 1.0 + z2 / nf;
+    let center = (p + z2 / (2.0 * nf)) / denom;
+    let half = z / denom * (p * (1.0 - p) / nf + z2 / (4.0 * nf * nf)).sqrt();
+    ((center - half).max(0.0), (center + half).min(1.0))
+}
+
+/// Parse a results JSONL text (blank lines skipped).
+///
+/// # Errors
+/// [`EvalError::Results`] naming the line for malformed lines or duplicate ids.
+pub fn parse_results(text: &str) -> Result<Vec<ItemResult>, EvalError> {
+    let mut out = Vec::new();
+    let mut seen = HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let r: ItemResult = serde_json::from_str(l).map_err(|e| EvalError::Results {
+            file: None,
+            line: i + 1,
+            msg: e.to_string(),
+        })?;
+        if let Some(prev) = seen.insert(r.key(), i + 1) {
+            return Err(EvalError::Results {
+                file: None,
+                line: i + 1,
+                msg: format!("duplicate id {} (first on line {prev})", r.key()),
+            });
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Read a results file.
+///
+/// # Errors
+/// [`EvalError::Io`] if it cannot be read; as [`parse_results`] otherwise (path added).
+pub fn read_results(path: &Path) -> Result<Vec<ItemResult>, EvalError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?;
+    parse_results(&text).map_err(|e| e.in_file(path))
+}
+
+/// One results line (JSON, no trailing newline).
+///
+/// # Errors
+/// [`EvalError::Results`] if serialization fails (it does not for these types).
+pub fn to_line(r: &ItemResult) -> Result<String, EvalError> {
+    serde_json::to_string(r).map_err(|e| EvalError::Results {
+        file: None,
+        line: 0,
+        msg: e.to_string(),
+    })
+}
+
+/// Write `results` to `path` atomically (a sibling temporary file renamed over it), so `path`
+/// may be the file the results were read from.
+///
+/// # Errors
+/// [`EvalError::Io`] on write or rename failures.
+pub fn write_results(path: &Path, results: &[ItemResult]) -> Result<(), EvalError> {
+    let io = |source| EvalError::Io { path: path.to_path_buf(), source };
+    let mut name = path.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io)?);
+    for r in results {
+        writeln!(f, "{}", to_line(r)?).map_err(io)?;
+    }
+    f.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: (f64, f64), b: (f64, f64)) -> bool {
+        (a.0 - b.0).abs() < 5e-5 && (a.1 - b.1).abs() < 5e-5
+    }
+
+    #[test]
+    fn wilson_hand_checked() {
+        // 5/10: p = 0.5, z2/n = 0.38415, center 0.5, half = 1.96/1.38415 * sqrt(0.025 + 0.0096)
+        // = 0.26340.
+        assert!(close(wilson(5, 10, Z95), (0.236_60, 0.763_40)), "{:?}", wilson(5, 10, Z95));
+        // 0/10: center = half = 0.19207 / 1.38415 = 0.13876 -> [0, 0.27753].
+        assert!(close(wilson(0, 10, Z95), (0.0, 0.277_53)), "{:?}", wilson(0, 10, Z95));
+        // 10/10 mirrors 0/10.
+        assert!(close(wilson(10, 10, Z95), (0.722_47, 1.0)), "{:?}", wilson(10, 10, Z95));
+        // 81/263 (p = 0.30798): [0.25529, 0.36621].
+        assert!(close(wilson(81, 263, Z95), (0.255_29, 0.366_21)), "{:?}", wilson(81, 263, Z95));
+        // 1/6: [0.03005, 0.56350].
+        assert!(close(wilson(1, 6, Z95), (0.030_05, 0.563_50)), "{:?}", wilson(1, 6, Z95));
+        assert_eq!(wilson(0, 0, Z95), (0.0, 1.0));
+    }
+
+    fn res(id: i64, extracted: &str, gold: &str, truncated: bool) -> ItemResult {
+        ItemResult {
+            id: id.into(),
+            completion: String::new(),
+            extracted: extracted.into(),
+            gold: gold.into(),
+            correct: extracted == gold,
+            truncated,
+            max_tokens: 8,
+            completion_tokens: 8,
+            method: "marker".into(),
+        }
+    }
+
+    #[test]
+    fn summary_counts() {
+        let rs = vec![
+            res(0, "A", "A", false),
+            res(1, UNANSWERED, "B", true),
+            res(2, "C", "D", false),
+            res(3, "D", "D", true),
+        ];
+        let s = Summary::of(&rs);
+        assert_eq!((s.n, s.correct, s.unanswered, s.truncated), (4, 2, 1, 2));
+        assert!((s.accuracy - 0.5).abs() < 1e-12);
+        assert!(s.to_string().contains("accuracy 50.00% (2/4)"), "{s}");
+        let mut rs = rs;
+        rs[1].method = "none".into();
+        assert_eq!(method_counts(&rs), vec![("marker".to_string(), 3), ("none".to_string(), 1)]);
+    }
+
+    #[test]
+    fn results_round_trip_and_errors() {
+        let rs = vec![res(0, "A", "A", false), res(1, UNANSWERED, "B", true)];
+        let text: String = rs.iter().map(|r| to_line(r).unwrap() + "\n").collect();
+        assert_eq!(parse_results(&text).unwrap(), rs);
+        let e = parse_results("{\"id\": 1}\n").unwrap_err().to_string();
+        assert!(e.contains("line 1"), "{e}");
+        let dup = format!("{}\n{}\n", to_line(&rs[0]).unwrap(), to_line(&rs[0]).unwrap());
+        let e = parse_results(&dup).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("duplicate id 0"), "{e}");
+    }
+}

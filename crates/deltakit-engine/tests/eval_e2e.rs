@@ -1,0 +1,243 @@
+//! End to end: a small generated JSONL (4 to 10 options) evaluated on the bundled tiny model
+//! (random weights: the scores are meaningless, the run must complete and write well-formed
+//! results), through the library and through the `deltakit eval-mc` binary, including
+//! `--rerun-truncated`.
+
+use std::path::{Path, PathBuf};
+
+use deltakit_engine::eval::{self, report, EvalOptions, ItemResult, Summary, Template};
+use deltakit_engine::generate::cpu;
+use deltakit_engine::state::CacheConfig;
+use deltakit_engine::tokenizer::Tokenizer;
+
+fn tiny_model() -> PathBuf {
+    deltakit_engine::paths::find_fixtures_dir()
+        .expect("tests/fixtures not found in the cwd or its parents")
+        .join("tiny-causal")
+}
+
+/// A fresh scratch directory under the system temp dir, removed on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(tag: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("deltakit-eval-e2e-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    Scratch(d)
+}
+
+/// Six items with 4, 5, 6, 8, 9 and 10 options; ids mixed (strings, numbers, default).
+fn write_data(dir: &Path) -> PathBuf {
+    let counts = [4usize, 5, 6, 8, 9, 10];
+    let mut text = String::new();
+    for (i, &n) in counts.iter().enumerate() {
+        let options: Vec<String> = (0..n).map(|k| format!("option {k} of item {i}")).collect();
+        let mut v = serde_json::json!({
+            "question": format!("Which option is right for item {i}?"),
+            "options": options,
+        });
+        match i % 3 {
+            0 => v["id"] = format!("item-{i}").into(),
+            1 => v["id"] = (100 + i).into(),
+            _ => {} // default id: the line index
+        }
+        if i % 2 == 0 {
+            v["answer"] = char::from(b'A' + (i % n) as u8).to_string().into();
+        } else {
+            v["answer_index"] = (n - 1).into();
+        }
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    let p = dir.join("mc.jsonl");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const FIELDS: [&str; 9] = [
+    "id",
+    "completion",
+    "extracted",
+    "gold",
+    "correct",
+    "truncated",
+    "max_tokens",
+    "completion_tokens",
+    "method",
+];
+
+/// Every line is a JSON object with all fields of the right types; returns the parsed results.
+fn check_results_file(path: &Path, n: usize) -> Vec<ItemResult> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), n, "{text}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        for f in FIELDS {
+            assert!(v.get(f).is_some(), "field {f} missing in {l}");
+        }
+        assert!(v["id"].is_string() || v["id"].is_number(), "{l}");
+        assert!(v["completion"].is_string() && v["method"].is_string(), "{l}");
+        assert!(v["correct"].is_boolean() && v["truncated"].is_boolean(), "{l}");
+        assert!(v["max_tokens"].is_u64() && v["completion_tokens"].is_u64(), "{l}");
+        let ex = v["extracted"].as_str().unwrap();
+        assert!(ex == "unanswered" || (ex.len() == 1 && ("A"..="J").contains(&ex)), "{l}");
+        let gold = v["gold"].as_str().unwrap();
+        assert_eq!(v["correct"].as_bool().unwrap(), ex == gold, "{l}");
+    }
+    report::parse_results(&text).unwrap()
+}
+
+/// Counts finished sequences and scored items.
+struct Count(usize, usize);
+impl eval::Observer for Count {
+    fn sequence_finished(&mut self) {
+        self.0 += 1;
+    }
+    fn item_done(&mut self, _: &ItemResult) -> Result<(), eval::EvalError> {
+        self.1 += 1;
+        Ok(())
+    }
+}
+
+#[test]
+fn library_eval_and_rerun_on_the_tiny_model() {
+    let dir = scratch("lib");
+    let data = write_data(&dir.0);
+    let items = eval::load_jsonl(&data).unwrap();
+    assert_eq!(items.len(), 6);
+    assert_eq!(items[2].key(), "2");
+    assert_eq!(items[3].gold_letter(), 'H');
+    let model = tiny_model();
+    let tok = Tokenizer::from_path(&model).unwrap();
+    let prompts = eval::encode_prompts(&tok, &items, Template::Plain).unwrap();
+    let longest = prompts.iter().map(Vec::len).max().unwrap();
+    let mut engine =
+        cpu::load(&model, CacheConfig::for_sequences(4, longest + 12, 16), false).unwrap();
+    let eos = engine.model().config().eos_token_ids.clone();
+    let opts = EvalOptions {
+        max_tokens: 6,
+        batch: 4,
+        stop_tokens: eval::stop_tokens(&tok, &eos, Template::Plain),
+        ..EvalOptions::default()
+    };
+    let mut count = Count(0, 0);
+    let results = eval::evaluate(&mut engine, &tok, &items, &prompts, &opts, &mut count).unwrap();
+    assert_eq!((count.0, count.1, results.len()), (6, 6, 6));
+    for (it, r) in items.iter().zip(&results) {
+        assert_eq!(r.key(), it.key());
+        assert_eq!(r.gold, it.gold_letter().to_string());
+        assert_eq!(r.max_tokens, 6);
+        assert!(r.completion_tokens <= 6);
+        assert_eq!(r.truncated, r.completion_tokens == 6 && !r.completion.contains("\nQuestion:"));
+    }
+    let out = dir.0.join("results.jsonl");
+    report::write_results(&out, &results).unwrap();
+    assert_eq!(check_results_file(&out, 6), results);
+    let s = Summary::of(&results);
+    assert_eq!(s.n, 6);
+    assert!(s.ci95.0 <= s.accuracy && s.accuracy <= s.ci95.1);
+
+    // Rerun the truncated items with a larger budget and merge.
+    let todo = eval::select_truncated(&items, &results, 10).unwrap();
+    assert_eq!(todo.len(), s.truncated);
+    let p2 = eval::encode_prompts(&tok, &todo, Template::Plain).unwrap();
+    let fresh = eval::evaluate(
+        &mut engine,
+        &tok,
+        &todo,
+        &p2,
+        &EvalOptions { max_tokens: 10, ..opts.clone() },
+        &mut (),
+    )
+    .unwrap();
+    let merged = eval::merge(results.clone(), fresh);
+    assert_eq!(merged.len(), 6);
+    for (old, new) in results.iter().zip(&merged) {
+        assert_eq!(old.key(), new.key());
+        assert_eq!(new.max_tokens, if old.truncated { 10 } else { 6 });
+    }
+    // A budget that is not larger is refused.
+    if s.truncated > 0 {
+        assert!(eval::select_truncated(&items, &results, 6).is_err());
+    }
+}
+
+#[test]
+fn cli_eval_mc_and_rerun() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_deltakit"));
+    if !exe.is_file() {
+        eprintln!("SKIP cli test: {} not found", exe.display());
+        return;
+    }
+    let dir = scratch("cli");
+    let data = write_data(&dir.0);
+    let out = dir.0.join("r.jsonl");
+    let model = tiny_model();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(&exe)
+            .arg("eval-mc")
+            .args(["--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+        )
+    };
+    let (ok, text) = run(&["--max-tokens", "4", "--batch", "3", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("accuracy") && text.contains("95% CI") && text.contains("Wilson"),
+        "{text}"
+    );
+    assert!(text.contains("extraction: ") && text.contains("results: "), "{text}");
+    let first = check_results_file(&out, 6);
+    let truncated = first.iter().filter(|r| r.truncated).count();
+
+    let out2 = dir.0.join("r2.jsonl");
+    let (ok, text) = run(&[
+        "--max-tokens",
+        "8",
+        "--rerun-truncated",
+        out.to_str().unwrap(),
+        "--out",
+        out2.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains(&format!("reran {truncated} truncated")), "{text}");
+    let second = check_results_file(&out2, 6);
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(a.key(), b.key());
+        assert_eq!(b.max_tokens, if a.truncated { 8 } else { 4 });
+    }
+    // Same budget again: refused with the item named (when something was truncated).
+    if truncated > 0 {
+        let (ok, text) = run(&["--max-tokens", "4", "--rerun-truncated", out.to_str().unwrap()]);
+        assert!(!ok && text.contains("must be larger"), "{text}");
+    }
+
+    // A bad data line: an error naming the line and the field, no panic.
+    let bad = dir.0.join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"question\": \"Q\", \"options\": [\"a\",\"b\",\"c\",\"d\"], \"answer\": \"A\"}\n\
+         {\"question\": \"Q\", \"options\": [\"a\",\"b\"], \"answer\": \"A\"}\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(&exe)
+        .args(["eval-mc", "--model", model.to_str().unwrap(), "--data", bad.to_str().unwrap()])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("line 2") && err.contains("`options`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

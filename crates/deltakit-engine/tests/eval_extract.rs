@@ -1,0 +1,134 @@
+//! Answer extraction against adversarial completions: each case is a completion, the item's
+//! option count (option texts are fixed per count), the expected letter (`None`: unanswered)
+//! and what it probes.
+
+use deltakit_engine::eval::extract::{extract, Method};
+
+/// Options used by the table: the first `n` of these.
+const OPTS: [&str; 10] =
+    ["Paris", "London", "Berlin", "Madrid", "Rome", "Vienna", "Lisbon", "Prague", "Oslo", "Dublin"];
+
+struct Case {
+    text: &'static str,
+    n: usize,
+    want: Option<char>,
+    probes: &'static str,
+}
+
+const fn c(text: &'static str, n: usize, want: Option<char>, probes: &'static str) -> Case {
+    Case { text, n, want, probes }
+}
+
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    // --- explicit markers ---
+    c("Answer: B", 4, Some('B'), "plain marker"),
+    c("The answer is (C).", 4, Some('C'), "parenthesized letter after 'answer is'"),
+    c("the correct answer is d", 4, Some('D'), "lowercase marker and letter at the end"),
+    c("Final Answer: **A**", 4, Some('A'), "bold letter inside a marker"),
+    c("**Answer:** C", 4, Some('C'), "bold label, plain letter"),
+    c("So the final answer is $\\boxed{B}$.", 4, Some('B'), "LaTeX boxed"),
+    c("\\boxed{\\text{D}}", 4, Some('D'), "boxed with \\text"),
+    c("The answer would be [C] because Berlin is the capital.", 4, Some('C'), "'would be' and brackets"),
+    c("Answer: B because London is large.", 4, Some('B'), "letter followed by prose"),
+    c("Answer: A because Paris is the capital.", 4, Some('A'), "A followed by a connector is an answer"),
+    c("The answer is option C.", 4, Some('C'), "'option' between phrase and letter"),
+    c("The correct option is D", 4, Some('D'), "'correct option is'"),
+    c("The answer is clearly B.", 4, Some('B'), "adverb between phrase and letter"),
+    c("ANSWER: (b)", 4, Some('B'), "upper-case marker, lowercase parenthesized letter"),
+    c("答案是 C", 4, Some('C'), "Chinese 'the answer is'"),
+    c("答案：Ｄ", 4, Some('D'), "Chinese full-width colon and letter"),
+    c("经过分析，故选B。", 4, Some('B'), "Chinese 'choose B'"),
+    c("La respuesta es A.", 4, Some('A'), "Spanish"),
+    c("Donc, la bonne réponse est (B).", 4, Some('B'), "French"),
+    c("Die richtige Antwort ist C.", 4, Some('C'), "German"),
+    c("Antwort: D", 4, Some('D'), "German colon form"),
+    c("Answer: I", 10, Some('I'), "letter I valid with 10 options"),
+    c("Answer: J.", 10, Some('J'), "tenth letter"),
+    // --- the last explicit marker wins ---
+    c("Answer: B\nWait, let me reconsider. Answer: C", 4, Some('C'), "revised answer: last marker wins"),
+    c("Option A says Paris. Option B is wrong. The answer is D.", 4, Some('D'), "options in reasoning before the marker"),
+    c("A is tempting, but C is better. Final answer: (C)", 4, Some('C'), "distractor letters before the final answer"),
+    c("Answer: B\n\n**C** is wrong because it is in Germany.", 4, Some('B'), "a later bold letter does not beat a phrase marker"),
+    c("**A** is wrong. **D** is right.", 4, Some('D'), "bold letters only: the last one"),
+    c("The answer is B. Final answer: E", 4, None, "last marker out of range: unanswered, no fallback"),
+    c("Answer: E", 5, Some('E'), "E valid with 5 options"),
+    // --- prose that must not be read as a letter ---
+    c("Answer: I think it is London, so B.", 4, Some('B'), "'Answer: I think' is prose; standalone B"),
+    c("The answer is a bit unclear, but I would say C.", 4, Some('C'), "'answer is a bit' is prose"),
+    c("A good option is Madrid.", 4, Some('D'), "sentence-start 'A' is an article; option text decides"),
+    c("At first glance Berlin seems right.", 4, Some('C'), "'A' inside 'At' is not a letter; option text"),
+    c("I think the capital is Paris.", 4, Some('A'), "'I' pronoun ignored; option text"),
+    c("Let me think about this, e.g. the population.", 5, None, "'e.g.' is not an answer"),
+    c("It is a B-cell question, not sure.", 4, None, "'B-cell' is not a letter"),
+    // --- standalone letters ---
+    c(" B", 4, Some('B'), "completion of 'Answer:' is a bare letter"),
+    c(" C. Berlin\n\nExplanation: it is the capital of Germany.", 4, Some('C'), "letter with its option text"),
+    c("(d)", 4, Some('D'), "lowercase parenthesized alone"),
+    c("b", 4, Some('B'), "lowercase letter as the whole completion"),
+    c("I'd go with\nB\n", 4, Some('B'), "letter alone on a line; I'd is not I"),
+    c("A is wrong, B is wrong, C is wrong, so it must be the last one.", 4, None, "several distinct standalone letters: no guess"),
+    c("The capital is B", 4, Some('B'), "one standalone letter"),
+    c("Between A and D I pick\nD", 4, Some('D'), "the letter alone on a line decides over mentions"),
+    c("E", 4, None, "out-of-range standalone letter never extracted"),
+    c("x+D=y", 4, None, "a letter glued to symbols is not a token"),
+    c("所以选项C是正确的。", 4, Some('C'), "CJK text around a standalone letter"),
+    c("Answer (B)", 4, Some('B'), "no separator after 'Answer': standalone (B)"),
+    c("The answer isn't B, it's Berlin.", 4, Some('C'), "a negated letter is skipped; option text"),
+    c("It is not A. It is D.", 4, Some('D'), "'not A' skipped, D standalone"),
+    c("I would pick A over the others.", 4, Some('A'), "mid-sentence capital A is a letter; 'I would' is the pronoun"),
+    c("Hmm. A reasonable guess is London.", 4, Some('B'), "'A' after a period is the article; option text"),
+    // --- option text ---
+    c("Answer: Because Paris is the capital.", 4, Some('A'), "'Because' is not the letter B; option text"),
+    c("The capital of France is Paris.", 4, Some('A'), "exactly one option text"),
+    c("It could be paris or MADRID.", 4, None, "two option texts: unanswered"),
+    c("the city of lisbon!", 8, Some('G'), "option text, lowercase and punctuation"),
+    // --- no answer ---
+    c("I don't know.", 4, None, "no answer"),
+    c("", 4, None, "empty completion"),
+    c("<think>Paris is in France so the answer is A", 4, None, "unfinished reasoning is not read"),
+    c("<think>maybe A, maybe B</think>\nAnswer: D", 4, Some('D'), "only the text after </think>"),
+];
+
+#[test]
+fn adversarial_table() {
+    assert!(CASES.len() >= 40, "{} cases", CASES.len());
+    let mut failures = Vec::new();
+    for case in CASES {
+        let opts: Vec<String> = OPTS[..case.n].iter().map(|s| (*s).to_string()).collect();
+        let got = extract(case.text, &opts);
+        if got.letter() != case.want {
+            failures.push(format!(
+                "{:?} (n={}): want {:?}, got {:?} via {:?} -- probes: {}",
+                case.text,
+                case.n,
+                case.want,
+                got.letter(),
+                got.method,
+                case.probes
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} failing cases:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn methods_are_reported() {
+    let opts: Vec<String> = OPTS[..4].iter().map(|s| (*s).to_string()).collect();
+    assert_eq!(extract("Answer: B", &opts).method, Method::Marker);
+    assert_eq!(extract("**B**", &opts).method, Method::Bold);
+    assert_eq!(extract(" B", &opts).method, Method::Standalone);
+    assert_eq!(extract("Paris", &opts).method, Method::OptionText);
+    assert_eq!(extract("Answer: F", &opts).method, Method::InvalidLetter);
+    assert_eq!(extract("<think>hmm", &opts).method, Method::UnfinishedReasoning);
+    assert_eq!(extract("no idea", &opts).method, Method::None);
+}
+
+#[test]
+fn nested_option_texts() {
+    // "Paris" lies inside "Paris, Texas": only the longer option counts.
+    let opts: Vec<String> =
+        ["Paris", "Paris, Texas", "Austin", "Dallas"].iter().map(|s| (*s).to_string()).collect();
+    assert_eq!(extract("It is Paris, Texas.", &opts).letter(), Some('B'));
+    assert_eq!(extract("Paris (France), not Paris, Texas", &opts).letter(), None);
+}
