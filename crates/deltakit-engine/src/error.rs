@@ -39,6 +39,15 @@ pub enum EngineError {
         /// What failed.
         msg: String,
     },
+    /// The backend has no kernel for this model's shapes (e.g. GDR head dims the CUDA kernels
+    /// are not built for). Raised before any output is produced (at load / state allocation).
+    #[error("unsupported on {backend}: {what}")]
+    Unsupported {
+        /// Backend name (`cuda`).
+        backend: &'static str,
+        /// The unsupported configuration and what is supported.
+        what: String,
+    },
     /// The requested device or backend is not available in this build / on this machine.
     #[error("device: {0}")]
     Device(String),

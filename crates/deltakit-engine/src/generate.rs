@@ -284,6 +284,30 @@ pub struct SamplingParams {
     pub prompt_logprobs: bool,
 }
 
+impl SamplingParams {
+    /// Check the parameters: `temperature` finite and `>= 0`, `top_p` in `(0, 1]` (not NaN).
+    /// `max_tokens = 0` is allowed here (the request finishes at once, with no token); the CLI
+    /// refuses it.
+    ///
+    /// # Errors
+    /// [`EngineError::Request`] naming the bad parameter.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(EngineError::Request(format!(
+                "temperature {} must be a finite number >= 0 (0 = greedy)",
+                self.temperature
+            )));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(EngineError::Request(format!(
+                "top_p {} must be in (0, 1] (1 = no nucleus cut)",
+                self.top_p
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {
@@ -543,7 +567,8 @@ impl<B: Backend> Engine<B> {
     ///
     /// # Errors
     /// [`EngineError::Request`] for an empty prompt, a prompt longer than the maximum context, a
-    /// token outside the vocabulary, or a logprob `K` larger than the vocabulary;
+    /// token outside the vocabulary, a logprob `K` larger than the vocabulary, or invalid
+    /// sampling parameters ([`SamplingParams::validate`]);
     /// [`EngineError::Capacity`] if the KV pages run out; backend errors. Sequences are closed
     /// on every exit path.
     pub fn generate(
@@ -555,6 +580,9 @@ impl<B: Backend> Engine<B> {
         let vocab = self.model.config().vocab_size;
         let max_ctx = self.pool.config().max_context;
         for (i, r) in requests.iter().enumerate() {
+            if let Err(EngineError::Request(m)) = r.params.validate() {
+                return Err(EngineError::Request(format!("request {i}: {m}")));
+            }
             if r.prompt.is_empty() {
                 return Err(EngineError::Request(format!("request {i}: empty prompt")));
             }
@@ -850,5 +878,20 @@ mod tests {
         assert_eq!(draw(3), draw(3));
         assert!(draw(3).contains(&3) && draw(3).contains(&1));
         assert!(sample_token(&[f32::NAN], &p, &mut rng).is_err());
+    }
+
+    /// Review finding 18: sampling parameters are validated by the library.
+    #[test]
+    fn sampling_params_are_validated() {
+        let ok = SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() };
+        assert!(ok.validate().is_ok() && SamplingParams::default().validate().is_ok());
+        for t in [-0.1f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = SamplingParams { temperature: t, ..ok.clone() }.validate().unwrap_err();
+            assert!(e.to_string().contains("temperature"), "{t}: {e}");
+        }
+        for p in [0.0f32, -0.5, 1.01, f32::NAN, f32::INFINITY] {
+            let e = SamplingParams { top_p: p, ..ok.clone() }.validate().unwrap_err();
+            assert!(e.to_string().contains("top_p"), "{p}: {e}");
+        }
     }
 }

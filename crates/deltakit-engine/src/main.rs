@@ -12,6 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use deltakit_engine::backend::cpu::Cpu;
+#[cfg(feature = "cuda")]
+use deltakit_engine::backend::cuda::CudaBackend;
 use deltakit_engine::backend::Backend;
 use deltakit_engine::config::ModelConfig;
 use deltakit_engine::eval::{
@@ -100,11 +102,11 @@ struct GenerateArgs {
     /// Tokens to generate per prompt.
     #[arg(long, default_value_t = 32)]
     max_tokens: usize,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature (0 = greedy; finite, >= 0).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
-    /// Nucleus sampling mass.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling mass, in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     top_p: f32,
     /// Sampling seed (prompt i uses seed + i).
     #[arg(long, default_value_t = 0)]
@@ -170,7 +172,8 @@ struct EvalMcArgs {
     #[arg(long, value_enum, default_value = "plain")]
     template: TemplateArg,
     /// Per-item results (JSONL). Default: eval_mc_results.jsonl, or with --rerun-truncated the
-    /// RESULTS file itself (rewritten atomically).
+    /// RESULTS file itself. Written to OUT.partial while running and renamed over OUT at the
+    /// end, so a failed run leaves OUT as it was. Must not be the --data file.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Regenerate only the items of RESULTS.jsonl with truncated=true, with --max-tokens (larger
@@ -194,16 +197,53 @@ fn main() -> Result<()> {
     }
 }
 
-/// Check the device string; only the CPU backend exists in this build.
+/// Check the device string for the CPU loader (`cuda:N` is routed to [`cuda_device`] first when
+/// the CUDA backend is built).
 fn check_device(device: &str) -> Result<()> {
     match device {
         "cpu" => Ok(()),
         d if d == "cuda" || d.starts_with("cuda:") => bail!(
-            "device {d}: the CUDA backend of the engine is not implemented yet (the GPU attention \
-             and GEMM kernels are pending); use --device cpu"
+            "device {d}: this build has no CUDA backend (rebuild with `--features cuda`); use \
+             --device cpu"
         ),
         d => bail!("unknown device {d:?} (expected cpu or cuda:N)"),
     }
+}
+
+/// `Some(ordinal)` for `cuda` / `cuda:N`, `None` for `cpu`; an error for anything else.
+#[cfg(feature = "cuda")]
+fn cuda_device(device: &str) -> Result<Option<usize>> {
+    match device {
+        "cpu" => Ok(None),
+        d => match CudaBackend::parse_device(d) {
+            Some(n) => Ok(Some(n)),
+            None => bail!("unknown device {d:?} (expected cpu or cuda:N)"),
+        },
+    }
+}
+
+/// Load a model onto the CUDA backend (bf16 weights and activations; `--dtype` only applies to
+/// the CPU backend). The kernels' shape support is checked before any weight is read.
+#[cfg(feature = "cuda")]
+fn load_cuda_engine(
+    ordinal: usize,
+    dir_or_json: &Path,
+    common: &ModelArgs,
+    cache: impl FnOnce(&ModelConfig) -> CacheConfig,
+) -> Result<Engine<CudaBackend>> {
+    let cfg = ModelConfig::from_path(dir_or_json)?;
+    CudaBackend::check_model(&cfg)?;
+    let be = CudaBackend::new(ordinal)?;
+    let mut src: Box<dyn WeightSource> = match common.load_format {
+        LoadFormat::Auto => Box::new(
+            SafetensorsWeights::open(dir_or_json)
+                .with_context(|| format!("loading weights from {}", dir_or_json.display()))?,
+        ),
+        LoadFormat::Dummy => Box::new(DummyWeights::new(common.weight_seed)),
+    };
+    let progress = cfg.num_parameters() > 50_000_000;
+    let model = Qwen35::load(&be, &cfg, src.as_mut(), progress)?;
+    Ok(Engine::new(be, model, cache(&cfg))?)
 }
 
 /// Refuse CPU loads whose weights (`elem` bytes each) cannot fit in memory, with a clear message.
@@ -285,14 +325,28 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     if prompts.is_empty() {
         bail!("give a prompt: --prompt TEXT or --token-ids 1,2,3");
     }
+    if a.max_tokens == 0 {
+        bail!("--max-tokens must be > 0");
+    }
+    // Sampling parameters are checked before any model is loaded (the engine checks them too).
+    let sampling =
+        SamplingParams { temperature: a.temperature, top_p: a.top_p, ..SamplingParams::default() };
+    if let Err(deltakit_engine::EngineError::Request(m)) = sampling.validate() {
+        bail!("{m}");
+    }
     if a.logprobs.is_some() && !a.json {
         bail!("--logprobs K prints JSON lines: add --json");
     }
     let longest = prompts.iter().map(|p| p.1.len()).max().unwrap_or(0);
     let t_load = Instant::now();
     let cache = |cfg: &ModelConfig| {
-        cache_for(cfg, prompts.len(), longest + a.max_tokens, a.common.page_size)
+        cache_for(cfg, prompts.len(), longest.saturating_add(a.max_tokens), a.common.page_size)
     };
+    #[cfg(feature = "cuda")]
+    if let Some(ord) = cuda_device(&a.common.device)? {
+        let engine = load_cuda_engine(ord, &dir, &a.common, cache)?;
+        return run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load);
+    }
     match a.common.dtype {
         Dtype::F32 => {
             let engine = load_engine::<f32>(&dir, &a.common, cache)?;
@@ -319,7 +373,14 @@ fn run_generate<B: Backend>(
     let cfg = engine.model().config().clone();
     let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
     if let Some(s) = &a.stop_token_ids {
-        stop.extend(parse_token_ids(s)?);
+        let ids = parse_token_ids(s)?;
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            bail!(
+                "--stop-token-ids: token id {bad} is outside the vocabulary (size {})",
+                cfg.vocab_size
+            );
+        }
+        stop.extend(ids);
     }
     let requests: Vec<Request> = prompts
         .iter()
@@ -427,6 +488,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let t_load = Instant::now();
     let cache =
         |cfg: &ModelConfig| cache_for(cfg, a.batch, a.prompt_len + a.gen_len, a.common.page_size);
+    #[cfg(feature = "cuda")]
+    if let Some(ord) = cuda_device(&a.common.device)? {
+        return run_bench(a, load_cuda_engine(ord, &a.config, &a.common, cache)?, t_load);
+    }
     match a.common.dtype {
         Dtype::F32 => run_bench(a, load_engine::<f32>(&a.config, &a.common, cache)?, t_load),
         Dtype::Bf16 => run_bench(a, load_engine::<bf16>(&a.config, &a.common, cache)?, t_load),
@@ -477,6 +542,8 @@ fn run_bench<B: Backend>(a: &BenchArgs, mut engine: Engine<B>, t_load: Instant) 
 struct EvalProgress {
     bar: ProgressBar,
     out: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    /// Results written to `out` so far.
+    written: usize,
 }
 
 impl Observer for EvalProgress {
@@ -489,6 +556,7 @@ impl Observer for EvalProgress {
             let io = |source| EvalError::Io { path: path.clone(), source };
             writeln!(f, "{}", eval::report::to_line(r)?).map_err(io)?;
             f.flush().map_err(io)?;
+            self.written += 1;
         }
         Ok(())
     }
@@ -530,11 +598,18 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
         (None, Some(r)) => r.clone(),
         (None, None) => PathBuf::from("eval_mc_results.jsonl"),
     };
+    if same_file(&out, &a.data) {
+        bail!(
+            "--out {} is the --data file: refusing to overwrite the data with results",
+            out.display()
+        );
+    }
     let prompts = eval::encode_prompts(&tok, &todo, template)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
     let t0 = Instant::now();
-    let cache =
-        |cfg: &ModelConfig| cache_for(cfg, a.batch, longest + a.max_tokens, a.common.page_size);
+    let cache = |cfg: &ModelConfig| {
+        cache_for(cfg, a.batch, longest.saturating_add(a.max_tokens), a.common.page_size)
+    };
     let job = EvalJob {
         a,
         dir: &dir,
@@ -545,10 +620,39 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
         previous,
         out: &out,
     };
+    #[cfg(feature = "cuda")]
+    if let Some(ord) = cuda_device(&a.common.device)? {
+        return run_eval(&job, load_cuda_engine(ord, &dir, &a.common, cache)?, t0);
+    }
     match a.common.dtype {
         Dtype::F32 => run_eval(&job, load_engine::<f32>(&dir, &a.common, cache)?, t0),
         Dtype::Bf16 => run_eval(&job, load_engine::<bf16>(&dir, &a.common, cache)?, t0),
     }
+}
+
+/// Whether `a` and `b` name the same file (canonical paths; for a file that does not exist yet,
+/// its canonical parent directory and name).
+fn same_file(a: &Path, b: &Path) -> bool {
+    fn canon(p: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(p).ok().or_else(|| {
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+        })
+    }
+    match (canon(a), canon(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// `OUT.partial`: where results stream while a run is in progress.
+fn partial_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
+    name.push(".partial");
+    out.with_file_name(name)
 }
 
 /// Everything `run_eval` needs besides the engine.
@@ -581,23 +685,48 @@ fn run_eval<B: Backend>(job: &EvalJob<'_>, mut engine: Engine<B>, t0: Instant) -
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    // A fresh run streams to OUT.partial (OUT itself is only replaced at the end, by a rename).
+    let partial = partial_path(job.out);
     let stream_to = if job.previous.is_none() {
-        let f = std::fs::File::create(job.out)
-            .with_context(|| format!("creating {}", job.out.display()))?;
-        Some((job.out.to_path_buf(), std::io::BufWriter::new(f)))
+        let f = std::fs::File::create(&partial)
+            .with_context(|| format!("creating {}", partial.display()))?;
+        Some((partial.clone(), std::io::BufWriter::new(f)))
     } else {
         None
     };
-    let mut obs = EvalProgress { bar, out: stream_to };
-    let fresh = eval::evaluate(&mut engine, job.tok, job.todo, job.prompts, &opts, &mut obs)?;
-    obs.bar.finish_and_clear();
-    let results = match &job.previous {
-        Some(prev) => {
-            let merged = eval::merge(prev.clone(), fresh);
-            eval::report::write_results(job.out, &merged)?;
-            merged
+    let mut obs = EvalProgress { bar, out: stream_to, written: 0 };
+    let fresh = match eval::evaluate(&mut engine, job.tok, job.todo, job.prompts, &opts, &mut obs) {
+        Ok(f) => f,
+        Err(e) => {
+            obs.bar.finish_and_clear();
+            if obs.out.take().is_some() {
+                if obs.written == 0 {
+                    let _ = std::fs::remove_file(&partial);
+                } else {
+                    eprintln!(
+                        "{} results of the failed run are in {} ({} is unchanged)",
+                        obs.written,
+                        partial.display(),
+                        job.out.display()
+                    );
+                }
+            }
+            return Err(e.into());
         }
-        None => fresh,
+    };
+    obs.bar.finish_and_clear();
+    if let Some((p, f)) = obs.out.take() {
+        let file = f.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        file.sync_all().with_context(|| format!("writing {}", p.display()))?;
+        std::fs::rename(&p, job.out)
+            .with_context(|| format!("renaming {} to {}", p.display(), job.out.display()))?;
+    }
+    let results = if let Some(prev) = &job.previous {
+        let merged = eval::merge(prev.clone(), fresh);
+        eval::report::write_results(job.out, &merged)?;
+        merged
+    } else {
+        fresh
     };
     let summary = Summary::of(&results);
     let what = if job.previous.is_some() {
@@ -628,7 +757,10 @@ fn info() -> Result<()> {
     println!("cpu reference backend: yes (deltakit-ref)");
     #[cfg(feature = "cuda")]
     {
-        println!("cuda backend: built (kernels: smoke.axpy [CUDA], smoke.vadd [Triton AOT])");
+        println!(
+            "cuda backend: built (engine on one GPU, bf16: cuBLASLt GEMM, gdr.chunk_prefill / \
+             gdr.decode, conv1d, attn.prep / prefill / decode, norms; --device cuda:N)"
+        );
         match deltakit::try_context(0) {
             Some(ctx) => {
                 let n = deltakit::cudarc::driver::CudaContext::device_count()?;
@@ -640,7 +772,10 @@ fn info() -> Result<()> {
     }
     #[cfg(not(feature = "cuda"))]
     println!("cuda backend: not built (rebuild with `--features cuda`)");
-    println!("engine: Qwen3.5 dense (GDN + gated attention), backends: cpu (cuda pending)");
+    println!(
+        "engine: Qwen3.5 dense (GDN + gated attention), backends: cpu{}",
+        if cfg!(feature = "cuda") { ", cuda" } else { " (cuda: rebuild with --features cuda)" }
+    );
     match bundled_model_dir() {
         Ok(d) => println!("bundled model: {}", d.display()),
         Err(_) => println!("bundled model: not found from here"),

@@ -118,10 +118,17 @@ impl StreamDecoder {
 /// # Errors
 /// [`EngineError::Request`] naming the bad item.
 pub fn parse_token_ids(s: &str) -> Result<Vec<u32>> {
+    if s.trim().is_empty() {
+        return Err(EngineError::Request("empty token id list".into()));
+    }
     s.split(',')
         .map(str::trim)
-        .filter(|x| !x.is_empty())
         .map(|x| {
+            if x.is_empty() {
+                return Err(EngineError::Request(format!(
+                    "empty token id in {s:?} (two commas in a row, or a leading/trailing comma)"
+                )));
+            }
             x.parse::<u32>().map_err(|e| {
                 EngineError::Request(format!("bad token id {x:?} in --token-ids: {e}"))
             })
@@ -161,5 +168,9 @@ mod tests {
     fn token_id_lists() {
         assert_eq!(parse_token_ids("1, 2,3").unwrap(), vec![1, 2, 3]);
         assert!(parse_token_ids("1,x").unwrap_err().to_string().contains("\"x\""));
+        // Review finding 18: empty entries are errors, not skipped.
+        for bad in ["1,,2", "1,2,", ",1", "", " "] {
+            assert!(parse_token_ids(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -60,13 +60,15 @@ fn write_data(dir: &Path) -> PathBuf {
     p
 }
 
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 11] = [
     "id",
     "completion",
     "extracted",
     "gold",
     "correct",
     "truncated",
+    "truncated_by",
+    "item_hash",
     "max_tokens",
     "completion_tokens",
     "method",
@@ -240,4 +242,171 @@ fn cli_eval_mc_and_rerun() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("line 2") && err.contains("`options`"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Runs the `deltakit` binary with `args`; `None` if it is not built.
+fn deltakit(args: &[&str]) -> Option<(bool, String)> {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_deltakit"));
+    if !exe.is_file() {
+        eprintln!("SKIP cli test: {} not found", exe.display());
+        return None;
+    }
+    let o =
+        std::process::Command::new(&exe).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!text.contains("panicked"), "{text}");
+    Some((o.status.success(), text))
+}
+
+/// Review findings 9, 10, 11, 12, 14: output safety and rerun checks of `eval-mc`.
+#[test]
+#[allow(clippy::too_many_lines)]
+fn cli_eval_mc_protects_files_and_checks_reruns() {
+    let dir = scratch("safety");
+    let data = write_data(&dir.0);
+    let model = tiny_model();
+    let (m, d) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let data_before = std::fs::read_to_string(&data).unwrap();
+
+    // 10: --out equal to --data (also through another spelling of the path) is refused.
+    let alias = dir.0.join(".").join("mc.jsonl");
+    let Some((ok, text)) =
+        deltakit(&["eval-mc", "--model", m, "--data", d, "--out", alias.to_str().unwrap()])
+    else {
+        return;
+    };
+    assert!(!ok && text.contains("is the --data file"), "{text}");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), data_before);
+
+    // 9: a run that fails (a prompt longer than the model's context) leaves --out untouched.
+    let out = dir.0.join("keep.jsonl");
+    std::fs::write(&out, "previous results\n").unwrap();
+    let long = dir.0.join("long.jsonl");
+    let q = "word ".repeat(6000);
+    let line = serde_json::json!({"question": q, "options": ["a", "b", "c", "d"], "answer": "A"});
+    std::fs::write(&long, format!("{line}\n")).unwrap();
+    let (ok, text) = deltakit(&[
+        "eval-mc",
+        "--model",
+        m,
+        "--data",
+        long.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(!ok && text.contains("leaves no room"), "{text}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous results\n");
+    assert!(!dir.0.join("keep.jsonl.partial").exists(), "an empty partial file is removed");
+
+    // 14: a huge --max-tokens does not overflow (the context caps generation).
+    let r1 = dir.0.join("r1.jsonl");
+    let (ok, text) = deltakit(&[
+        "eval-mc",
+        "--model",
+        m,
+        "--data",
+        d,
+        "--limit",
+        "1",
+        "--max-tokens",
+        "18446744073709551615",
+        "--out",
+        r1.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(ok, "{text}");
+    assert!(!dir.0.join("r1.jsonl.partial").exists(), "renamed over --out");
+    let r = check_results_file(&r1, 1);
+    assert!(!r[0].truncated || r[0].truncated_by.as_deref() == Some("context"), "{r:?}");
+
+    // 12: an empty results file is an error.
+    let empty = dir.0.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let (ok, text) = deltakit(&[
+        "eval-mc",
+        "--model",
+        m,
+        "--data",
+        d,
+        "--max-tokens",
+        "8",
+        "--rerun-truncated",
+        empty.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(!ok && text.contains("no results"), "{text}");
+
+    // 11: results of another data file with the same default ids and gold letters are refused.
+    let other = dir.0.join("other.jsonl");
+    let results = dir.0.join("other-results.jsonl");
+    let item = |q: &str| {
+        serde_json::json!({"question": q, "options": ["w", "x", "y", "z"], "answer": "A"})
+            .to_string()
+    };
+    std::fs::write(&other, format!("{}\n{}\n", item("first?"), item("second?"))).unwrap();
+    let (ok, text) = deltakit(&[
+        "eval-mc",
+        "--model",
+        m,
+        "--data",
+        other.to_str().unwrap(),
+        "--max-tokens",
+        "2",
+        "--out",
+        results.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(ok, "{text}");
+    let changed = dir.0.join("changed.jsonl");
+    std::fs::write(&changed, format!("{}\n{}\n", item("other first?"), item("other second?")))
+        .unwrap();
+    let (ok, text) = deltakit(&[
+        "eval-mc",
+        "--model",
+        m,
+        "--data",
+        changed.to_str().unwrap(),
+        "--max-tokens",
+        "4",
+        "--rerun-truncated",
+        results.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert!(!ok && text.contains("fingerprint"), "{text}");
+
+    // 16: a data line that is not UTF-8 is named.
+    let latin1 = dir.0.join("latin1.jsonl");
+    let mut bytes = format!("{}\n", item("first?")).into_bytes();
+    bytes.extend_from_slice(b"{\"question\": \"caf\xe9\"}\n");
+    std::fs::write(&latin1, bytes).unwrap();
+    let (ok, text) =
+        deltakit(&["eval-mc", "--model", m, "--data", latin1.to_str().unwrap()]).unwrap();
+    assert!(!ok && text.contains("line 2") && text.contains("UTF-8"), "{text}");
+}
+
+/// Review finding 18: `generate` rejects bad sampling arguments and token lists.
+#[test]
+fn cli_generate_rejects_bad_arguments() {
+    let model = tiny_model();
+    let m = model.to_str().unwrap();
+    for (args, want) in [
+        (&["--temperature", "-1"][..], "temperature"),
+        (&["--temperature", "NaN"][..], "temperature"),
+        (&["--temperature", "inf"][..], "temperature"),
+        (&["--top-p", "0"][..], "top_p"),
+        (&["--top-p", "1.5"][..], "top_p"),
+        (&["--top-p", "-0.5"][..], "top_p"),
+        (&["--top-p", "NaN"][..], "top_p"),
+        (&["--max-tokens", "0"][..], "--max-tokens must be > 0"),
+        (&["--stop-token-ids", "99999"][..], "outside the vocabulary"),
+    ] {
+        let mut all = vec!["generate", "--model", m, "--token-ids", "1,2"];
+        all.extend_from_slice(args);
+        let Some((ok, text)) = deltakit(&all) else { return };
+        assert!(!ok && text.contains(want), "{args:?}: {text}");
+    }
+    let (ok, text) = deltakit(&["generate", "--model", m, "--token-ids", "1,,2"]).unwrap();
+    assert!(!ok && text.contains("empty token id"), "{text}");
 }

@@ -11,13 +11,29 @@ const OPTS: [&str; 10] =
 struct Case {
     text: &'static str,
     n: usize,
+    /// Option texts of this case (empty: the first `n` of [`OPTS`]).
+    opts: &'static [&'static str],
     want: Option<char>,
     probes: &'static str,
 }
 
 const fn c(text: &'static str, n: usize, want: Option<char>, probes: &'static str) -> Case {
-    Case { text, n, want, probes }
+    Case { text, n, opts: &[], want, probes }
 }
+
+/// A case with its own option texts.
+const fn co(
+    text: &'static str,
+    opts: &'static [&'static str],
+    want: Option<char>,
+    probes: &'static str,
+) -> Case {
+    Case { text, n: opts.len(), opts, want, probes }
+}
+
+const VITAMINS: &[&str] = &["Vitamin D", "Vitamin C", "Vitamin A", "Vitamin K"];
+const PHYLA: &[&str] = &["Insect", "Nematode", "Bacterium", "Fungus"];
+const ORGANS: &[&str] = &["Heart", "Lungs", "Kidneys", "Liver"];
 
 #[rustfmt::skip]
 const CASES: &[Case] = &[
@@ -88,6 +104,50 @@ const CASES: &[Case] = &[
     c("", 4, None, "empty completion"),
     c("<think>Paris is in France so the answer is A", 4, None, "unfinished reasoning is not read"),
     c("<think>maybe A, maybe B</think>\nAnswer: D", 4, Some('D'), "only the text after </think>"),
+    // --- review round 2: a marker naming several letters is ambiguous (issue 7, finding 1) ---
+    c("Answer: A or B", 4, None, "marker + 'A or B': ambiguous"),
+    c("Answer: B and D", 4, None, "marker + 'B and D': ambiguous"),
+    c("Answer: A/B", 4, None, "marker + 'A/B': ambiguous"),
+    c("Answer: (B) or (C)", 4, None, "marker + '(B) or (C)': ambiguous"),
+    c("**Answer: B or C**", 4, None, "bold marker + 'B or C': ambiguous"),
+    c("The answer is A, B, or C - I can't decide.", 4, None, "a list of letters: ambiguous"),
+    c("The answer is: Option B or Option D, depending\u{2026}", 4, None, "'Option B or Option D': ambiguous"),
+    c("The answer is option (C) or maybe (D).", 4, None, "'(C) or maybe (D)': ambiguous"),
+    c("\\boxed{B,C}", 4, None, "boxed with two letters: ambiguous"),
+    c("Answer: I and J", 10, None, "'I and J' with 10 options: ambiguous"),
+    c("答案是 A 和 C", 4, None, "Chinese 'A and C': ambiguous"),
+    c("Answer: B or B", 4, Some('B'), "the same letter twice is not ambiguous"),
+    c("Answer: B, since London is the capital.", 4, Some('B'), "a comma then prose is not a second letter"),
+    // --- a marker letter qualified as wrong does not count (finding 2) ---
+    c("Answer: C is wrong, so B", 4, Some('B'), "'C is wrong': skipped; standalone B"),
+    c("Answer: B is wrong; the correct one is Madrid.", 4, Some('D'), "'B is wrong': skipped; option text Madrid"),
+    c("Answer: D is false, A is true.", 4, Some('A'), "'D is false': skipped; A is true"),
+    // --- corrections supersede (finding 3) ---
+    c("The answer is B? No - it is C.", 4, Some('C'), "questioned marker corrected by 'No - it is C'"),
+    c("Answer: C\n\nActually, wait. On reflection B is correct.", 4, Some('B'), "later correction after the marker"),
+    c("Answer: Paris (A)... no wait, London.", 4, Some('B'), "correction to an option text"),
+    c("Answer: C. Wait, no.", 4, None, "a retraction naming nothing: unanswered, never C"),
+    c("Wait, let me think. The answer is A.", 4, Some('A'), "a marker after the cue decides"),
+    c("The answer is actually B.", 4, Some('B'), "'actually' inside a marker is not a correction"),
+    c("Answer: B. Actually, this is well known.", 4, Some('B'), "weak cue naming nothing: the answer stands"),
+    c("Answer: B\n\nExplanation: Actually, Paris is often confused with it.", 4, None, "weak cue naming another option: ambiguous"),
+    c("Answer: C. Actually, London.", 4, None, "weak cue correcting to option text: never the retracted C"),
+    c("Answer: B. Is A correct? No.", 4, Some('B'), "'No' answering a question is not a retraction"),
+    c("Answer: B\nWait, no. Answer: C", 4, Some('C'), "a marker after the cue wins"),
+    c("The answer is B. No other city is as large.", 4, Some('B'), "'No other' is not a cue"),
+    c("Answer: A and B are both wrong, so D.", 4, None, "two letters after a marker: ambiguous (conservative)"),
+    c("Group B is right; the answer is C.", 4, Some('C'), "the marker decides"),
+    c("Answer: C. elegans", 4, None, "abbreviation after a marker: not C"),
+    // --- a letter inside a name or term (finding 4) ---
+    co("Scurvy is caused by a lack of vitamin C.", VITAMINS, Some('B'), "'vitamin C' is option text, not letter C"),
+    co("C. elegans is a nematode.", PHYLA, Some('B'), "'C. elegans' is an abbreviation; option text Nematode"),
+    co("Hepatitis B mainly damages \u{2026} the liver.", ORGANS, Some('D'), "'Hepatitis B' is a name; option text Liver"),
+    c("Plan A is risky; Berlin is the capital.", 4, Some('C'), "'Plan A' is a name; option text Berlin"),
+    c("The correct city is B", 4, Some('B'), "a letter after 'is' still counts"),
+    c("I lean towards B here.", 4, Some('B'), "a letter after 'towards' still counts"),
+    // --- bold article (finding 5) and hedged questions (finding 7) ---
+    c("This is **a** trick question; the capital is London.", 4, Some('B'), "bold lowercase article is not a letter"),
+    c("Is it C?", 4, None, "a hedged question is unanswered"),
 ];
 
 #[test]
@@ -95,7 +155,8 @@ fn adversarial_table() {
     assert!(CASES.len() >= 40, "{} cases", CASES.len());
     let mut failures = Vec::new();
     for case in CASES {
-        let opts: Vec<String> = OPTS[..case.n].iter().map(|s| (*s).to_string()).collect();
+        let texts = if case.opts.is_empty() { &OPTS[..case.n] } else { case.opts };
+        let opts: Vec<String> = texts.iter().map(|s| (*s).to_string()).collect();
         let got = extract(case.text, &opts);
         if got.letter() != case.want {
             failures.push(format!(
@@ -122,6 +183,9 @@ fn methods_are_reported() {
     assert_eq!(extract("Answer: F", &opts).method, Method::InvalidLetter);
     assert_eq!(extract("<think>hmm", &opts).method, Method::UnfinishedReasoning);
     assert_eq!(extract("no idea", &opts).method, Method::None);
+    assert_eq!(extract("Answer: A or B", &opts).method, Method::Ambiguous);
+    assert_eq!(extract("The answer is B?", &opts).method, Method::Ambiguous);
+    assert_eq!(extract("Answer: C. Wait, no.", &opts).method, Method::Retracted);
 }
 
 #[test]

@@ -9,9 +9,12 @@
 //! Granularity: one method per model op (embedding, linear, RMSNorm, fused add + RMSNorm,
 //! SwiGLU, the whole GDN token mixer after its projections, the whole attention core after its
 //! projections, row gather for the LM head). The CPU backend ([`cpu::CpuBackend`]) runs
-//! `deltakit-ref`; a CUDA backend implements the same trait with deltakit kernels + cuBLASLt.
+//! `deltakit-ref`; the CUDA backend (`cuda::CudaBackend`, feature `cuda`) implements the same
+//! trait with deltakit kernels + cuBLASLt.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use crate::error::Result;
 use crate::weights::HostTensor;

@@ -5,16 +5,20 @@
 //! {"question": "2 + 2 = ?", "options": ["3", "4", "5", "6"], "answer_index": 1}
 //! ```
 //!
-//! - `id`: string or number, optional; default: the 0-based index of the line in the file (blank
-//!   lines count). Ids must be unique (results are merged by id).
+//! - `id`: string or number, optional; default: the **0-based** index of the line in the file
+//!   (blank lines count), so the item on line 1 (as error messages count, 1-based) has id `0`.
+//!   Ids must be unique (results are merged by id).
 //! - `question`: non-empty string.
-//! - `options`: array of 4 to 10 non-empty strings; option `i` gets letter `A + i` (`A..=J`).
+//! - `options`: array of 4 to 10 non-empty, distinct strings (compared trimmed and
+//!   case-insensitively); option `i` gets letter `A + i` (`A..=J`).
 //! - `answer`: the gold letter (`"B"`, case-insensitive, surrounding whitespace and one pair of
 //!   parentheses allowed: `"(b)"`), or `answer_index`: the 0-based gold index. At least one is
 //!   required; if both are given they must agree.
 //!
-//! Other fields (subject, source, ...) are ignored. Blank lines are skipped. Every problem is
-//! reported as an [`EvalError::Data`] naming the line (1-based) and the field.
+//! Other fields (subject, source, ...) are ignored. Blank lines are skipped; a leading UTF-8
+//! byte-order mark is stripped. Every problem is reported as an [`EvalError::Data`] naming the
+//! line (1-based) and the field (a line that is not UTF-8 included); a file without items says
+//! so.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -52,6 +56,19 @@ impl McItem {
     #[must_use]
     pub fn gold_letter(&self) -> char {
         letter(self.answer)
+    }
+
+    /// A fingerprint of the question and options: 16 hex digits of FNV-1a 64 over their JSON
+    /// form (stable across runs and platforms). Stored in each result as `item_hash`.
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        let json = serde_json::json!([self.question, self.options]).to_string();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in json.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
     }
 }
 
@@ -135,6 +152,16 @@ pub fn parse_item(index: usize, text: &str) -> Result<McItem, EvalError> {
             _ => return Err(bad(line, "options", format!("option {} is not a string", letter(i)))),
         }
     }
+    for (i, o) in opts.iter().enumerate() {
+        let key = o.trim().to_lowercase();
+        if let Some(j) = opts[..i].iter().position(|p| p.trim().to_lowercase() == key) {
+            return Err(bad(
+                line,
+                "options",
+                format!("options {} and {} are the same text {:?}", letter(j), letter(i), o.trim()),
+            ));
+        }
+    }
     let n = opts.len();
     let from_letter = match obj.get("answer") {
         None | Some(Value::Null) => None,
@@ -214,19 +241,38 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<McItem>, EvalError> {
         items.push(item);
     }
     if items.is_empty() {
-        return Err(bad(0, "(file)", "no items"));
+        return Err(bad(0, "(file)", "no items (the file is empty or has only blank lines)"));
     }
     Ok(items)
+}
+
+/// Decode a JSONL file's bytes: a leading UTF-8 byte-order mark is stripped, and a line that is
+/// not UTF-8 is an error naming it.
+///
+/// # Errors
+/// [`EvalError::Data`] naming the first line that is not valid UTF-8.
+pub fn decode_text(bytes: &[u8]) -> Result<String, EvalError> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Ok(s.to_string()),
+        Err(e) => {
+            let at = e.valid_up_to();
+            let line = bytes[..at].split(|&b| b == b'\n').count();
+            let col = at - bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+            Err(bad(line, "(line)", format!("not valid UTF-8 (byte {} of the line)", col + 1)))
+        }
+    }
 }
 
 /// Read and parse a JSONL data file.
 ///
 /// # Errors
-/// [`EvalError::Io`] if it cannot be read; otherwise as [`parse_jsonl`], with the path added.
+/// [`EvalError::Io`] if it cannot be read; otherwise as [`decode_text`] and [`parse_jsonl`],
+/// with the path added.
 pub fn load_jsonl(path: &Path) -> Result<Vec<McItem>, EvalError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?;
-    parse_jsonl(&text).map_err(|e| e.in_file(path))
+    let bytes =
+        std::fs::read(path).map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?;
+    decode_text(&bytes).and_then(|t| parse_jsonl(&t)).map_err(|e| e.in_file(path))
 }
 
 #[cfg(test)]
@@ -303,7 +349,35 @@ mod tests {
                    {\"id\": \"1\", \"question\": \"Q\", \"options\": [\"a\",\"b\",\"c\",\"d\"], \"answer\": \"A\"}";
         let e = parse_jsonl(dup).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("duplicate id 1"), "{e}");
-        assert!(parse_jsonl("\n\n").is_err());
+        let e = parse_jsonl("\n\n").unwrap_err().to_string();
+        assert!(e.contains("no items") && !e.contains("line 0"), "{e}");
+    }
+
+    /// Review findings 16 and 17: BOM, non-UTF-8 lines, duplicate options, ids vs lines.
+    #[test]
+    fn encoding_and_duplicate_options() {
+        let line =
+            "{\"question\": \"Q\", \"options\": [\"a\",\"b\",\"c\",\"d\"], \"answer\": \"A\"}";
+        let mut bom = b"\xEF\xBB\xBF".to_vec();
+        bom.extend_from_slice(line.as_bytes());
+        let items = parse_jsonl(&decode_text(&bom).unwrap()).unwrap();
+        assert_eq!(items[0].key(), "0"); // the first line (line 1 in messages) has id 0
+        let mut bad_utf8 = format!("{line}\n").into_bytes();
+        bad_utf8.extend_from_slice(b"{\"question\": \"\xff\"}\n");
+        let e = decode_text(&bad_utf8).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("UTF-8") && e.contains("byte 15"), "{e}");
+        let e = err(r#"{"question": "Q", "options": ["a","b","A ","d"], "answer": "A"}"#);
+        assert!(e.contains("`options`") && e.contains("options A and C are the same"), "{e}");
+    }
+
+    #[test]
+    fn fingerprints_are_stable_and_distinct() {
+        let it = parse_item(0, r#"{"question": "Q", "options": ["a","b","c","d"], "answer": "A"}"#)
+            .unwrap();
+        assert_eq!(it.fingerprint(), it.clone().fingerprint());
+        assert_eq!(it.fingerprint().len(), 16);
+        let other = McItem { question: "Q2".into(), ..it.clone() };
+        assert_ne!(it.fingerprint(), other.fingerprint());
     }
 
     #[test]

@@ -23,26 +23,59 @@
 //!    **The last marker in the text wins.** If that last marker names a letter outside the
 //!    item's options (`E` with 4 options, or `K..Z`), the item is unanswered (`invalid_letter`):
 //!    an earlier, retracted answer is not used instead.
+//!    A marker that names **more than one distinct letter** (`Answer: A or B`, `B and D`, `A/B`,
+//!    `(B) or (C)`, `A, B, or C`, `Option B or Option D`, `\boxed{B,C}`, `答案是 A 和 C`) is
+//!    ambiguous: unanswered (`ambiguous`), again without falling back to an earlier marker. So is a
+//!    questioned marker letter (`The answer is B?`). A marker letter immediately qualified as
+//!    wrong (`Answer: C is wrong`, `D is false`, `B is incorrect`, `isn't`, `can't be`) is not an
+//!    answer: that marker is skipped.
 //!    A lone bold letter `**X**` (or `**X.** text`) is a weaker marker: it counts only when no
 //!    phrase marker exists (so `Answer: B ... **C** is wrong` gives `B`), again last one wins, and
-//!    out-of-range bold letters are ignored.
+//!    out-of-range bold letters, bold lowercase letters (`**a** trick question`), bold prose
+//!    `A` / `I` and bold letters qualified as wrong are ignored.
+//!
+//!    **Corrections.** A correction cue at a clause start (`No -`, `no wait`, `Wait,`,
+//!    `On reflection`, `on second thought`, `scratch that`, `I was wrong`, `等等`, `不对`)
+//!    supersedes everything before it: if the last cue comes after the last marker's letter,
+//!    the text after that cue decides (bold, standalone letter, option text); if it names
+//!    nothing, the item is unanswered (`retracted`), never the retracted letter. Weak cues
+//!    (`Actually, ...` at a clause start, and `No` right after a `?`, which answers a question
+//!    rather than retracting) yield to a letter after them, but otherwise leave the earlier
+//!    answer standing, unless the text after them names a different option (then: `ambiguous`).
 //! 2. **Standalone letter.** A token that is exactly an option letter, optionally as `(X)`, `[X]`,
 //!    `X.`, `X)` or `X:`: on its left only whitespace, `(`, `[`, `{`, `*`, a quote or CJK text;
-//!    on its right only whitespace, `)`, `]`, `}`, `.`, `:`, `,`, `;`, `!`, `?`, `*`, a quote or
+//!    on its right only whitespace, `)`, `]`, `}`, `.`, `:`, `,`, `;`, `!`, `*`, a quote or
 //!    CJK text; never inside a word (`At`, `I'm`, `U.S.`, `B-cell`, `x+B`), and not right after a
 //!    negation (`not B`, `isn't B`, `except B`; see [`NEGATIONS`]). Lowercase counts only when
 //!    parenthesized (`(b)`) or when it is the whole completion. Prose, unless the next word is a
 //!    connector (`A is correct`): a capital `I` followed by a lowercase word (`I think`, the
 //!    pronoun), and a capital `A` followed by a lowercase word at the start of a sentence (text or
 //!    line start, or after `.`, `!`, `?`, `:`: `A good option is ...`, the article); mid-sentence
-//!    `pick A over B` keeps `A` (the article there would be lowercase). If some lines consist of a letter alone and they all name the same letter, that
+//!    `pick A over B` keeps `A` (the article there would be lowercase). Also not a letter:
+//!    - a letter followed by `?` (`Is it C?`: a question, not an answer);
+//!    - a letter qualified as wrong (`C is wrong`, as for markers);
+//!    - **a letter that is part of a name**: an unwrapped letter directly after a word counts only
+//!      if that word introduces a choice (`is`, `pick`, `choose`, `option`, `so`, `and`, ... see
+//!      [`INTRODUCERS`]); after any other word it is read as part of a term (`vitamin C`,
+//!      `Hepatitis B`, `Plan A`, `type B`). After punctuation, at a line start, or wrapped
+//!      (`Paris (A)`) it is still a letter;
+//!    - a letter inside an occurrence of an option's text that contains it as a word (option
+//!      `Vitamin C`: the `C` of `vitamin C`);
+//!    - an abbreviation: `X.` followed by a lowercase word (`C. elegans`, `E. coli`) unless that
+//!      word starts option X's own text (`C. the mitochondria`). This also applies to marker
+//!      letters.
+//!
+//!    If some lines consist of a letter alone and they all name the same letter, that
 //!    letter wins; otherwise, if all standalone letters name the same option, it wins; several
 //!    different letters fall through to stage 3.
 //! 3. **Option text.** Texts are normalized (lowercase, punctuation to spaces, whitespace
 //!    collapsed) and matched as whole words. If exactly one option's full text occurs (an option
 //!    whose every occurrence lies inside a longer matching option, such as `Paris` inside
 //!    `Paris, Texas`, does not count), that option wins; several: unanswered.
-//! 4. Otherwise: `unanswered` (method `none`).
+//! 4. Otherwise: `unanswered` (method `none`, or `retracted` after a correction cue).
+//!
+//! When in doubt the rules leave the item unanswered: a missed answer costs one item, a guessed
+//! one silently biases the accuracy.
 
 use std::sync::LazyLock;
 
@@ -107,6 +140,11 @@ pub enum Method {
     OptionText,
     /// The last explicit marker names a letter the item does not have (unanswered).
     InvalidLetter,
+    /// The last explicit marker names several distinct letters, or is a question (unanswered).
+    Ambiguous,
+    /// A correction cue retracted the earlier answer and nothing after it names one
+    /// (unanswered).
+    Retracted,
     /// `<think>` without `</think>`: the answer part never started (unanswered).
     UnfinishedReasoning,
     /// Nothing found (unanswered).
@@ -123,6 +161,8 @@ impl Method {
             Method::Standalone => "standalone",
             Method::OptionText => "option_text",
             Method::InvalidLetter => "invalid_letter",
+            Method::Ambiguous => "ambiguous",
+            Method::Retracted => "retracted",
             Method::UnfinishedReasoning => "unfinished_reasoning",
             Method::None => "none",
         }
@@ -173,6 +213,45 @@ static MARKER: LazyLock<Regex> = LazyLock::new(|| {
         r")"
     ))
     .expect("constant marker pattern")
+});
+
+/// After a letter: it is qualified as wrong (`C is wrong`, `D is false`, `B isn't`).
+static WRONG: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)^[\s)\]*'\x22]*(?:[,:\-\x{2013}\x{2014}]\s*)?",
+        r"(?:(?:is|was|seems|appears|looks|sounds|would\s+be|must\s+be)\s+)?",
+        r"(?:(?:definitely|clearly|obviously|also|certainly|simply|actually|probably)\s+)?",
+        r"(?:wrong|false|incorrect|not\s+(?:correct|right|true|valid|the\s+(?:answer|correct|right|best))",
+        r"|isn'?t\b|isn\x{2019}t\b|wasn'?t\b|can'?t\s+be|cannot\s+be|ruled\s+out|eliminated)"
+    ))
+    .expect("constant wrong pattern")
+});
+
+/// After a marker letter: another letter offered as an alternative (`or B`, `, C`, `/D`, `和 C`).
+/// Group 1: an opening wrapper (if any); group 2: the letter.
+static ALTERNATIVE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)^\s*(?:,\s*(?:(?:and|or)\b\s*)?|/|&|\+|\band\b|\bor\b|\bvs\.?|\bversus\b",
+        r"|和|或者?|与|與|及|、|以及)\s*",
+        r"(?:(?:maybe|perhaps|possibly|even|also|else|rather|probably)\s+)?",
+        r"(?:(?:option|choice|letter)\s*)?",
+        r"((?:\\text\{|\*\*|[(\[*\x22'$])*)\s*([A-Za-z])"
+    ))
+    .expect("constant alternative pattern")
+});
+
+/// A correction cue at a clause start: everything before it is superseded.
+static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)(?:^|[\n.!?;:,(*\-\x{2013}\x{2014}\x{2026}])\s*(?:(?:but|oh|hmm+|hm|um|ah)[,.!]*\s+)?",
+        r"(?:no(?:pe)?(?:\s*(?:[,.!;:\-\x{2013}\x{2014}\x{2026}]|wait\b))",
+        r"|wait\b|actually\b",
+        r"|on\s+(?:second\s+thought|(?:further\s+|more\s+)?reflection|closer\s+inspection)",
+        r"|scratch\s+that|i\s+was\s+wrong|i\s+take\s+(?:that|it)\s+back",
+        r"|let\s+me\s+(?:reconsider|correct)|correction\s*:)",
+        r"|等等|不对|不對"
+    ))
+    .expect("constant correction pattern")
 });
 
 static BOLD: LazyLock<Regex> = LazyLock::new(|| {
@@ -263,9 +342,45 @@ const OPENERS: &[&str] = &[
 const CLOSERS: &[&str] =
     &["**", "*", ")", "]", "}", "$", "\"", "'", "\u{201D}", "\u{2019}", "\u{300D}", "\u{3011}"];
 
-/// Parse the letter a marker phrase points at, starting right after the phrase. Returns the
-/// (uppercase) letter, or `None` if no letter follows or it reads as prose.
-fn letter_after_marker(s: &str) -> Option<char> {
+/// What a marker phrase points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MarkerLetter {
+    /// One letter (uppercase), at this byte offset of the text after the phrase.
+    One(char, usize),
+    /// Several distinct letters, or a questioned letter (`B?`), at this offset.
+    Ambiguous(usize),
+}
+
+/// `X.` followed by a lowercase word (`C. elegans`, `E. coli`) is an abbreviation, unless what
+/// follows starts option X's own text (`C. the mitochondria`).
+fn abbreviation(c: char, after: &str, options: &[String]) -> bool {
+    let Some(r) = after.strip_prefix('.') else { return false };
+    if !next_word(r).is_some_and(|w| w.chars().next().is_some_and(char::is_lowercase)) {
+        return false;
+    }
+    let i = (c.to_ascii_uppercase() as usize).wrapping_sub('A' as usize);
+    let own = options.get(i).map(|o| norm_words(o));
+    !own.is_some_and(|o| !o.trim().is_empty() && norm_words(r).starts_with(&o))
+}
+
+/// Skip closing wrappers (`)`, `**`, quotes, ...) after a letter.
+fn skip_closers(mut rest: &str) -> (&str, usize) {
+    let mut closed = 0;
+    loop {
+        let r = rest.trim_start();
+        match strip_any(r, CLOSERS) {
+            Some(r2) => {
+                closed += 1;
+                rest = r2;
+            }
+            None => return (rest, closed),
+        }
+    }
+}
+
+/// Parse the letter a marker phrase points at, starting right after the phrase. `None` if no
+/// letter follows, it reads as prose, or it is qualified as wrong.
+fn letter_after_marker(s: &str, options: &[String]) -> Option<MarkerLetter> {
     let mut t = s.trim_start();
     if let Some(r) = t.strip_prefix(':') {
         t = r.trim_start();
@@ -284,61 +399,214 @@ fn letter_after_marker(s: &str) -> Option<char> {
         opened += 1;
         t = r.trim_start();
     }
+    let pos = s.len() - t.len();
     let c = t.chars().next().filter(char::is_ascii_alphabetic)?;
     let after = &t[1..];
     if !ends_token(after) {
         return None;
     }
-    let mut rest = after;
-    let mut closed = 0;
-    loop {
-        let r = rest.trim_start();
-        match strip_any(r, CLOSERS) {
-            Some(r2) => {
-                closed += 1;
-                rest = r2;
-            }
-            None => break,
-        }
-    }
-    if !(opened > 0 && closed > 0) && is_prose(c, rest, true) {
+    let (rest, closed) = skip_closers(after);
+    let wrapped = opened > 0 && closed > 0;
+    if !wrapped && (is_prose(c, rest, true) || abbreviation(c, after, options)) {
         return None;
     }
-    Some(c.to_ascii_uppercase())
+    if WRONG.is_match(rest) {
+        return None;
+    }
+    if rest.trim_start().starts_with('?') {
+        return Some(MarkerLetter::Ambiguous(pos));
+    }
+    let first = c.to_ascii_uppercase();
+    // Alternatives: `or B`, `, C`, `/D`, ...
+    let mut r = rest;
+    for _ in 0..12 {
+        let Some(caps) = ALTERNATIVE.captures(r) else { break };
+        let (Some(open), Some(l)) = (caps.get(1), caps.get(2)) else { break };
+        let c2 = l.as_str().chars().next().unwrap_or(' ');
+        let after2 = &r[l.end()..];
+        if !ends_token(after2) {
+            break;
+        }
+        let (rest2, closed2) = skip_closers(after2);
+        let wrapped2 = !open.as_str().is_empty() && closed2 > 0;
+        if !wrapped2 && (c2.is_ascii_lowercase() || is_prose(c2, rest2, true)) {
+            break;
+        }
+        if c2.to_ascii_uppercase() != first && !WRONG.is_match(rest2) {
+            return Some(MarkerLetter::Ambiguous(pos));
+        }
+        r = rest2;
+    }
+    Some(MarkerLetter::One(first, pos))
 }
 
-/// Stage 1: the last phrase marker, else the last bold letter.
-fn marker_stage(text: &str, n: usize) -> Option<Extraction> {
-    let mut last: Option<(usize, char)> = None;
+/// Stage 1 (phrase markers): the last marker that names a letter, with the byte offset of that
+/// letter in `text`.
+fn last_marker(text: &str, options: &[String]) -> Option<(MarkerLetter, usize)> {
+    let mut last = None;
     for m in MARKER.find_iter(text) {
-        if let Some(c) = letter_after_marker(&text[m.end()..]) {
-            last = Some((m.end(), c));
+        if let Some(ml) = letter_after_marker(&text[m.end()..], options) {
+            let off = match ml {
+                MarkerLetter::One(_, p) | MarkerLetter::Ambiguous(p) => m.end() + p,
+            };
+            last = Some((ml, off));
         }
     }
-    if let Some((_, c)) = last {
-        let i = c as usize - 'A' as usize;
-        return Some(if i < n {
-            Extraction { index: Some(i), method: Method::Marker }
-        } else {
-            Extraction::none(Method::InvalidLetter)
-        });
-    }
+    last
+}
+
+/// Stage 1 (bold): the last valid lone bold letter.
+fn bold_stage(text: &str, n: usize) -> Option<usize> {
     let mut bold = None;
     for caps in BOLD.captures_iter(text) {
-        let Some(c) = caps.get(1).or_else(|| caps.get(2)) else { continue };
-        let i =
-            c.as_str().chars().next().map_or(usize::MAX, |c| {
-                (c.to_ascii_uppercase() as usize).wrapping_sub('A' as usize)
-            });
+        let Some(m) = caps.get(1).or_else(|| caps.get(2)) else { continue };
+        let Some(c) = m.as_str().chars().next() else { continue };
+        let whole = caps.get(0).map_or("", |w| w.as_str());
+        let rest = &text[caps.get(0).map_or(m.end(), |w| w.end())..];
+        let paren = whole.contains('(');
+        if c.is_ascii_lowercase() && !paren {
+            continue; // `**a** trick question`: the article
+        }
+        if !paren && (is_prose(c, rest, true) || WRONG.is_match(rest)) {
+            continue;
+        }
+        let i = (c.to_ascii_uppercase() as usize).wrapping_sub('A' as usize);
         if i < n {
             bold = Some(i);
         }
     }
-    bold.map(|i| Extraction { index: Some(i), method: Method::Bold })
+    bold
 }
 
 /// Words that negate the letter after them (`not B`, `isn't B`): that letter is not an answer.
 pub const NEGATIONS: &[&str] = &["not", "never", "except", "nor", "neither", "excluding"];
+
+/// Words after which a capital letter is a choice (`is B`, `pick A`, `option C`, `so D`). After
+/// any other word a letter is read as part of a name or term (`vitamin C`, `Plan A`).
+pub const INTRODUCERS: &[&str] = &[
+    "is",
+    "was",
+    "be",
+    "are",
+    "were",
+    "it's",
+    "that's",
+    "its",
+    "answer",
+    "answers",
+    "option",
+    "options",
+    "choice",
+    "choices",
+    "letter",
+    "pick",
+    "picks",
+    "picked",
+    "choose",
+    "chose",
+    "chosen",
+    "select",
+    "selected",
+    "with",
+    "say",
+    "said",
+    "guess",
+    "think",
+    "believe",
+    "and",
+    "or",
+    "but",
+    "so",
+    "thus",
+    "hence",
+    "therefore",
+    "then",
+    "between",
+    "than",
+    "over",
+    "vs",
+    "versus",
+    "either",
+    "both",
+    "prefer",
+    "take",
+    "mark",
+    "circle",
+    "to",
+    "for",
+    "like",
+    "of",
+    "from",
+    "definitely",
+    "clearly",
+    "probably",
+    "likely",
+    "surely",
+    "certainly",
+    "obviously",
+    "maybe",
+    "perhaps",
+    "correct",
+    "right",
+    "final",
+    "best",
+    "also",
+    "only",
+    "just",
+    "exactly",
+    "remains",
+    "leaves",
+    "leaving",
+    "namely",
+    "go",
+    "going",
+    "try",
+    "want",
+    "would",
+    "i'd",
+    "i'll",
+    "i'm",
+    "towards",
+    "toward",
+    "lean",
+    "leaning",
+    "favor",
+    "favour",
+    "opt",
+];
+
+/// The word (letters and apostrophes) directly before `before`'s end, if `before` ends in a
+/// single space/tab run after it (no punctuation between).
+fn word_before(before: &str) -> Option<String> {
+    let t = before.trim_end_matches([' ', '\t']);
+    if t.len() == before.len() {
+        return None;
+    }
+    let start = t
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_alphabetic() || c == '\'' || c == '\u{2019}'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let w = &t[start..];
+    (!w.is_empty() && w.chars().any(char::is_alphabetic) && !w.chars().all(is_cjk))
+        .then(|| w.to_lowercase().replace('\u{2019}', "'"))
+}
+
+/// Whether the letter `c` between `before` and `after` lies inside an occurrence of an option
+/// text that contains it as a word together with other words (`vitamin C` for `Vitamin C`).
+fn in_option_text(before: &str, c: char, after: &str, options: &[String]) -> bool {
+    let lc = c.to_ascii_lowercase().to_string();
+    let bw: Vec<String> = norm_words(before).split_whitespace().map(String::from).collect();
+    let aw: Vec<String> = norm_words(after).split_whitespace().map(String::from).collect();
+    options.iter().any(|o| {
+        let ow: Vec<String> = norm_words(o).split_whitespace().map(String::from).collect();
+        ow.len() > 1
+            && ow
+                .iter()
+                .enumerate()
+                .any(|(j, w)| *w == lc && bw.ends_with(&ow[..j]) && aw.starts_with(&ow[j + 1..]))
+    })
+}
 
 /// Whether the word before a letter (`before` is the text up to it) is a negation.
 fn negated(before: &str) -> bool {
@@ -353,7 +621,8 @@ fn negated(before: &str) -> bool {
 }
 
 /// Stage 2: standalone letters.
-fn standalone_stage(text: &str, n: usize) -> Option<usize> {
+fn standalone_stage(text: &str, options: &[String]) -> Option<usize> {
+    let n = options.len().min(super::data::MAX_OPTIONS);
     let whole = text.trim().trim_matches(|c: char| "()[].:*".contains(c) || c.is_whitespace());
     let mut any: Vec<usize> = Vec::new();
     let mut alone: Vec<usize> = Vec::new();
@@ -373,7 +642,7 @@ fn standalone_stage(text: &str, n: usize) -> Option<usize> {
                 b.is_whitespace() || "([{*\"'\u{201C}\u{2018}".contains(b) || is_cjk(b)
             });
             let right_ok = after.chars().next().is_none_or(|a| {
-                a.is_whitespace() || ")]}.:,;!?*\"'\u{201D}\u{2019}".contains(a) || is_cjk(a)
+                a.is_whitespace() || ")]}.:,;!*\"'\u{201D}\u{2019}".contains(a) || is_cjk(a)
             });
             if !(left_ok && right_ok && ends_token(after)) || negated(before) {
                 continue;
@@ -387,6 +656,19 @@ fn standalone_stage(text: &str, n: usize) -> Option<usize> {
             let sentence_start =
                 before.trim_end().is_empty() || before.trim_end().ends_with(['.', '!', '?', ':']);
             if !paren && is_prose(c, after, sentence_start) {
+                continue;
+            }
+            let (rest, _) = skip_closers(after);
+            if rest.trim_start().starts_with('?') || WRONG.is_match(rest) {
+                continue; // `Is it C?`, `C is wrong`
+            }
+            if !paren
+                && (word_before(before).is_some_and(|w| !INTRODUCERS.contains(&w.as_str()))
+                    || abbreviation(c, after, options))
+            {
+                continue; // `vitamin C`, `Plan A`, `C. elegans`
+            }
+            if in_option_text(before, c, after, options) {
                 continue;
             }
             any.push(i);
@@ -448,11 +730,50 @@ fn option_text_stage(text: &str, options: &[String]) -> Option<usize> {
     }
 }
 
+/// The last correction cue: the byte offset right after it, and whether it is weak (`actually`,
+/// or `no` right after a question mark: `Is A correct? No.` answers a question rather than
+/// retracting).
+fn last_correction(text: &str) -> Option<(usize, bool)> {
+    CORRECTION.find_iter(text).last().map(|m| {
+        let s = m.as_str().to_lowercase();
+        (m.end(), s.contains("actually") || s.starts_with('?'))
+    })
+}
+
+/// The rules without correction cues: marker, bold, standalone, option text.
+fn decide(text: &str, options: &[String], marker: Option<MarkerLetter>) -> Extraction {
+    let n = options.len().min(super::data::MAX_OPTIONS);
+    match marker {
+        Some(MarkerLetter::Ambiguous(_)) => Extraction::none(Method::Ambiguous),
+        Some(MarkerLetter::One(c, _)) => {
+            let i = c as usize - 'A' as usize;
+            if i < n {
+                Extraction { index: Some(i), method: Method::Marker }
+            } else {
+                Extraction::none(Method::InvalidLetter)
+            }
+        }
+        None => letters_or_text(text, options).unwrap_or(Extraction::none(Method::None)),
+    }
+}
+
+/// Stages after the phrase markers: bold, standalone, option text.
+fn letters_or_text(text: &str, options: &[String]) -> Option<Extraction> {
+    let n = options.len().min(super::data::MAX_OPTIONS);
+    if let Some(i) = bold_stage(text, n) {
+        return Some(Extraction { index: Some(i), method: Method::Bold });
+    }
+    if let Some(i) = standalone_stage(text, options) {
+        return Some(Extraction { index: Some(i), method: Method::Standalone });
+    }
+    option_text_stage(text, options)
+        .map(|i| Extraction { index: Some(i), method: Method::OptionText })
+}
+
 /// Extract the answer of `completion` for an item with `options` (4..=10; letters `A..`).
 /// See the module docs for the rules.
 #[must_use]
 pub fn extract(completion: &str, options: &[String]) -> Extraction {
-    let n = options.len().min(super::data::MAX_OPTIONS);
     let norm = normalize_width(completion);
     let text = if let Some(p) = norm.rfind("</think>") {
         &norm[p + "</think>".len()..]
@@ -461,16 +782,37 @@ pub fn extract(completion: &str, options: &[String]) -> Extraction {
     } else {
         norm.as_str()
     };
-    if let Some(e) = marker_stage(text, n) {
-        return e;
+    let marker = last_marker(text, options);
+    let Some((cue, weak)) = last_correction(text) else {
+        return decide(text, options, marker.map(|m| m.0));
+    };
+    if let Some((ml, _)) = marker.filter(|&(_, off)| off >= cue) {
+        return decide(text, options, Some(ml));
     }
-    if let Some(i) = standalone_stage(text, n) {
+    // The last cue comes after the last marker: the text after it decides.
+    let tail = &text[cue..];
+    let n = options.len().min(super::data::MAX_OPTIONS);
+    if let Some(i) = bold_stage(tail, n) {
+        return Extraction { index: Some(i), method: Method::Bold };
+    }
+    if let Some(i) = standalone_stage(tail, options) {
         return Extraction { index: Some(i), method: Method::Standalone };
     }
-    if let Some(i) = option_text_stage(text, options) {
-        return Extraction { index: Some(i), method: Method::OptionText };
+    let tail_text = option_text_stage(tail, options);
+    if !weak {
+        // A retraction: its option text, else unanswered; never the retracted letter.
+        return tail_text.map_or(Extraction::none(Method::Retracted), |i| Extraction {
+            index: Some(i),
+            method: Method::OptionText,
+        });
     }
-    Extraction::none(Method::None)
+    // A weak cue (`Actually, ...`): what came before stands unless the tail names another option.
+    let base = decide(text, options, marker.map(|m| m.0));
+    match (tail_text, base.index) {
+        (Some(t), Some(b)) if t != b => Extraction::none(Method::Ambiguous),
+        (Some(t), None) => Extraction { index: Some(t), method: Method::OptionText },
+        _ => base,
+    }
 }
 
 #[cfg(test)]

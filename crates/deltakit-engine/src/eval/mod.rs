@@ -25,9 +25,12 @@
 //! ```
 //!
 //! The letter list names the item's letters (`A, B, C, D, E or F` for six options). Question and
-//! options are inserted verbatim (trimmed). The completion is cut at the first `"\nQuestion:"` or
-//! `"\nThe following is a multiple-choice question"` (a base model starting another item); a
-//! completion cut there is not truncated.
+//! options are inserted verbatim (trimmed). The completion is cut where a base model starts
+//! another item: at the first line (after the first) that starts, case-insensitively and after
+//! optional spaces and `#` heading marks, with `Question:` / `Question 2:` / `Question :`, `Q:` /
+//! `Q2:`, `The following is a multiple-choice question` or MMLU's `The following are multiple
+//! choice questions`. A completion cut there is not truncated. (ChatML completions are not cut:
+//! a chat model may restate the question; its turn ends with `<|im_end|>`.)
 //!
 //! [`Template::Chatml`] wraps the same text, without the final `Answer:` line and with
 //! `End your reply with "Answer: X", where X is the letter.` added, as one user turn in the
@@ -35,8 +38,9 @@
 //! `<|im_start|>assistant\n`); `<|im_end|>` is a stop token when the tokenizer has it.
 //!
 //! Generation is greedy (temperature 0) with the model's `eos_token_id` as stop tokens and a
-//! per-item token budget; an item is *truncated* when it hit the budget (or the context limit)
-//! without a stop token or stop text.
+//! per-item token budget; an item is *truncated* when it hit the budget (`truncated_by:
+//! "max_tokens"`) or the engine's context limit (`"context"`) without a stop token or stop text.
+//! `--rerun-truncated` reruns only budget truncations (a larger budget cannot help the others).
 
 pub mod data;
 pub mod extract;
@@ -45,6 +49,9 @@ pub mod report;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 use crate::backend::Backend;
 use crate::error::EngineError;
@@ -53,14 +60,24 @@ use crate::tokenizer::Tokenizer;
 
 pub use data::{load_jsonl, McItem};
 pub use extract::{extract, Extraction, Method};
-pub use report::{ItemResult, Summary, UNANSWERED};
+pub use report::{ItemResult, Summary, TRUNCATED_BY_CONTEXT, TRUNCATED_BY_MAX_TOKENS, UNANSWERED};
+
+/// A line where a base model starts another item (see the module docs).
+static NEXT_ITEM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)\n[ \t]*(?:#{1,6}[ \t]*)?(?:(?:question|q)[ \t]*\d*[ \t]*:",
+        r"|the\s+following\s+(?:is\s+a\s+multiple[ -]choice\s+question",
+        r"|are\s+multiple[ -]choice\s+questions))"
+    ))
+    .expect("constant next-item pattern")
+});
 
 /// Errors of the evaluation tool.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EvalError {
     /// A data line is invalid.
-    #[error("{}line {line}: field `{field}`: {msg}", file_prefix(file.as_deref()))]
+    #[error("{}{}", file_prefix(file.as_deref()), data_msg(*line, field, msg))]
     Data {
         /// The data file, when known.
         file: Option<PathBuf>,
@@ -98,6 +115,15 @@ pub enum EvalError {
     Engine(#[from] EngineError),
 }
 
+/// `line N: field `F`: msg`, or just `msg` for the file as a whole (line 0).
+fn data_msg(line: usize, field: &str, msg: &str) -> String {
+    if line == 0 {
+        msg.to_string()
+    } else {
+        format!("line {line}: field `{field}`: {msg}")
+    }
+}
+
 fn file_prefix(file: Option<&Path>) -> String {
     file.map(|f| format!("{}: ", f.display())).unwrap_or_default()
 }
@@ -129,12 +155,12 @@ pub enum Template {
 }
 
 impl Template {
-    /// Texts at which a completion is cut (a base model starting the next question).
+    /// Where a completion is cut (a base model starting the next item; see the module docs).
     #[must_use]
-    pub fn stop_texts(self) -> &'static [&'static str] {
+    pub fn cut_point(self, completion: &str) -> Option<usize> {
         match self {
-            Template::Plain => &["\nQuestion:", "\nThe following is a multiple-choice question"],
-            Template::Chatml => &[],
+            Template::Plain => NEXT_ITEM.find(completion).map(|m| m.start()),
+            Template::Chatml => None,
         }
     }
 }
@@ -240,18 +266,19 @@ pub fn encode_prompts(
         .collect()
 }
 
-/// Score one completion: cut at the template's stop text, extract, compare with the gold.
+/// Score one completion: cut at the template's cut point, extract, compare with the gold.
+/// `hit_limit`: why generation stopped without a stop token ([`TRUNCATED_BY_MAX_TOKENS`] or
+/// [`TRUNCATED_BY_CONTEXT`]), `None` if it stopped.
 #[must_use]
 pub fn score(
     item: &McItem,
     text: &str,
     completion_tokens: usize,
-    hit_limit: bool,
+    hit_limit: Option<&str>,
     max_tokens: usize,
     template: Template,
 ) -> ItemResult {
-    let cut_at = template.stop_texts().iter().filter_map(|s| text.find(s)).min();
-    let (completion, cut) = match cut_at {
+    let (completion, cut) = match template.cut_point(text) {
         Some(p) => (&text[..p], true),
         None => (text, false),
     };
@@ -263,7 +290,9 @@ pub fn score(
         extracted: ex.letter().map_or_else(|| UNANSWERED.to_string(), |c| c.to_string()),
         gold: gold.to_string(),
         correct: ex.letter() == Some(gold),
-        truncated: hit_limit && !cut,
+        truncated: hit_limit.is_some() && !cut,
+        truncated_by: hit_limit.filter(|_| !cut).map(str::to_string),
+        item_hash: item.fingerprint(),
         max_tokens,
         completion_tokens,
         method: ex.method.as_str().to_string(),
@@ -316,6 +345,9 @@ pub fn evaluate<B: Backend>(
         return Err(EvalError::Invalid("max_tokens and batch must be > 0".into()));
     }
     let max_ctx = engine.cache_config().max_context;
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
     for (it, p) in items.iter().zip(prompts) {
         if p.len() >= max_ctx {
             return Err(EvalError::Invalid(format!(
@@ -349,7 +381,11 @@ pub fn evaluate<B: Backend>(
         let (completions, _) = engine.generate(&requests, opts.gen, &mut on_event)?;
         for (item, c) in its.iter().zip(&completions) {
             let text = tok.decode(&c.tokens)?;
-            let hit_limit = c.reason != FinishReason::Stop;
+            let hit_limit = match c.reason {
+                FinishReason::Stop => None,
+                FinishReason::Context => Some(TRUNCATED_BY_CONTEXT),
+                FinishReason::Length => Some(TRUNCATED_BY_MAX_TOKENS),
+            };
             let r = score(item, &text, c.tokens.len(), hit_limit, opts.max_tokens, opts.template);
             obs.item_done(&r)?;
             results.push(r);
@@ -358,9 +394,11 @@ pub fn evaluate<B: Backend>(
     Ok(results)
 }
 
-/// The items to regenerate for `--rerun-truncated`: those whose previous result is truncated.
-/// Every previous result must belong to `items` (same id and gold letter), and `max_tokens` must
-/// exceed each selected item's previous budget.
+/// The items to regenerate for `--rerun-truncated`: those whose previous result was truncated
+/// by the token budget (`truncated_by: "max_tokens"`; context truncations are kept: a larger
+/// budget cannot help them). Every previous result must belong to `items` (same id, same item
+/// fingerprint: question and options, same gold letter, an extracted letter the item has), there
+/// must be at least one, and `max_tokens` must exceed each selected item's previous budget.
 ///
 /// # Errors
 /// [`EvalError::Invalid`] naming the offending id.
@@ -369,12 +407,38 @@ pub fn select_truncated(
     previous: &[ItemResult],
     max_tokens: usize,
 ) -> Result<Vec<McItem>, EvalError> {
+    if previous.is_empty() {
+        return Err(EvalError::Invalid("the results file has no results: nothing to rerun".into()));
+    }
     let by_id: HashMap<String, &McItem> = items.iter().map(|it| (it.key(), it)).collect();
     let mut out = Vec::new();
     for r in previous {
         let item = by_id.get(&r.key()).ok_or_else(|| {
             EvalError::Invalid(format!("result id {} is not in the data file", r.key()))
         })?;
+        if r.item_hash != item.fingerprint() {
+            return Err(EvalError::Invalid(format!(
+                "result id {}: item fingerprint {} but the data file's item has {} (question or \
+                 options differ: results of another data file?)",
+                r.key(),
+                r.item_hash,
+                item.fingerprint()
+            )));
+        }
+        if !r.unanswered()
+            && r.extracted
+                .chars()
+                .next()
+                .and_then(data::letter_index)
+                .is_none_or(|i| i >= item.options.len())
+        {
+            return Err(EvalError::Invalid(format!(
+                "result id {}: extracted {:?} is not a letter of its {} options",
+                r.key(),
+                r.extracted,
+                item.options.len()
+            )));
+        }
         if r.gold != item.gold_letter().to_string() {
             return Err(EvalError::Invalid(format!(
                 "result id {}: gold {} but the data file says {}",
@@ -383,7 +447,7 @@ pub fn select_truncated(
                 item.gold_letter()
             )));
         }
-        if r.truncated {
+        if r.truncated_by.as_deref() == Some(TRUNCATED_BY_MAX_TOKENS) {
             if max_tokens <= r.max_tokens {
                 return Err(EvalError::Invalid(format!(
                     "result id {} was generated with max_tokens {}; --max-tokens {max_tokens} \
@@ -431,14 +495,15 @@ mod tests {
 
     #[test]
     fn scoring_cuts_at_the_next_question() {
-        let r = score(&item(4), " C\nQuestion: next? Answer: A", 9, true, 9, Template::Plain);
+        let lim = Some(TRUNCATED_BY_MAX_TOKENS);
+        let r = score(&item(4), " C\nQuestion: next? Answer: A", 9, lim, 9, Template::Plain);
         assert_eq!((r.extracted.as_str(), r.correct, r.truncated), ("C", true, false));
         assert_eq!(r.completion, " C");
         let r = score(
             &item(4),
             " D\n\nThe following is a multiple-choice question.",
             5,
-            true,
+            lim,
             5,
             Template::Plain,
         );
@@ -446,8 +511,35 @@ mod tests {
             (r.extracted.as_str(), r.completion.as_str(), r.truncated),
             ("D", " D\n", false)
         );
-        let r = score(&item(4), " hmm", 9, true, 9, Template::Plain);
+        let r = score(&item(4), " hmm", 9, lim, 9, Template::Plain);
         assert_eq!((r.extracted.as_str(), r.correct, r.truncated), (UNANSWERED, false, true));
+        assert_eq!(r.truncated_by.as_deref(), Some("max_tokens"));
+    }
+
+    /// Review finding 6: more ways a base model starts the next item.
+    #[test]
+    fn scoring_cuts_at_more_next_item_headers() {
+        for next in [
+            "\n\nQuestion 2: next?",
+            "\n\nQ: next?",
+            "\nquestion: next?",
+            "\nQuestion : next?",
+            "\n### Question: next?",
+            "\n  ## question 3: next?",
+            "\nThe following are multiple choice questions (with answers) about x.",
+            "\nTHE FOLLOWING ARE MULTIPLE CHOICE QUESTIONS",
+        ] {
+            let text = format!(" C{next} Answer: A");
+            let r = score(&item(4), &text, 9, Some(TRUNCATED_BY_MAX_TOKENS), 9, Template::Plain);
+            assert_eq!((r.completion.trim_end(), r.extracted.as_str()), (" C", "C"), "{next:?}");
+            assert!(!r.truncated && r.truncated_by.is_none(), "{next:?}");
+        }
+        // Not at a line start: not cut.
+        let r = score(&item(4), " C, the question: is it?", 9, None, 9, Template::Plain);
+        assert_eq!(r.completion, " C, the question: is it?");
+        // Context truncation is recorded as such.
+        let r = score(&item(4), " hmm", 9, Some(TRUNCATED_BY_CONTEXT), 9, Template::Plain);
+        assert_eq!((r.truncated, r.truncated_by.as_deref()), (true, Some("context")));
     }
 
     #[test]
@@ -460,7 +552,7 @@ mod tests {
         let prev: Vec<ItemResult> = items
             .iter()
             .map(|it| {
-                let trunc = it.key() != "1";
+                let trunc = (it.key() != "1").then_some(TRUNCATED_BY_MAX_TOKENS);
                 score(it, "x", 8, trunc, 8, Template::Plain)
             })
             .collect();
@@ -470,11 +562,39 @@ mod tests {
         assert!(e.contains("must be larger"), "{e}");
         let e = select_truncated(&items[1..], &prev, 16).unwrap_err().to_string();
         assert!(e.contains("result id 0 is not in the data file"), "{e}");
-        let fresh = vec![score(&sel[1], "C", 3, false, 16, Template::Plain)];
+        let fresh = vec![score(&sel[1], "C", 3, None, 16, Template::Plain)];
         let merged = merge(prev, fresh);
         assert_eq!(merged.len(), 3);
         assert_eq!(merged[2].max_tokens, 16);
         assert!(merged[2].correct && !merged[2].truncated);
         assert!(merged[0].truncated && merged[0].max_tokens == 8);
+    }
+
+    /// Review findings 11, 12, 13, 15: fingerprints, empty results, invalid letters, context
+    /// truncations.
+    #[test]
+    fn rerun_checks_fingerprints_and_reasons() {
+        let items = vec![McItem { id: 0.into(), ..item(4) }, McItem { id: 1.into(), ..item(4) }];
+        let lim = Some(TRUNCATED_BY_MAX_TOKENS);
+        let prev: Vec<ItemResult> =
+            items.iter().map(|it| score(it, "x", 8, lim, 8, Template::Plain)).collect();
+        // Same ids and gold letters, other questions: refused.
+        let other: Vec<McItem> = items
+            .iter()
+            .map(|it| McItem { question: "Another question?".into(), ..it.clone() })
+            .collect();
+        let e = select_truncated(&other, &prev, 16).unwrap_err().to_string();
+        assert!(e.contains("fingerprint") && e.contains("result id 0"), "{e}");
+        let e = select_truncated(&items, &[], 16).unwrap_err().to_string();
+        assert!(e.contains("no results"), "{e}");
+        let mut bad = prev.clone();
+        bad[1].extracted = "E".into();
+        let e = select_truncated(&items, &bad, 16).unwrap_err().to_string();
+        assert!(e.contains("result id 1") && e.contains("\"E\""), "{e}");
+        // Context truncations are not rerun.
+        let mut ctx = prev.clone();
+        ctx[0] = score(&items[0], "x", 8, Some(TRUNCATED_BY_CONTEXT), 8, Template::Plain);
+        let sel = select_truncated(&items, &ctx, 16).unwrap();
+        assert_eq!(sel.iter().map(McItem::key).collect::<Vec<_>>(), ["1"]);
     }
 }

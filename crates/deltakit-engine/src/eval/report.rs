@@ -4,11 +4,16 @@
 //!
 //! ```json
 //! {"id":"q17","completion":" B","extracted":"B","gold":"B","correct":true,"truncated":false,
-//!  "max_tokens":64,"completion_tokens":2,"method":"standalone"}
+//!  "truncated_by":null,"item_hash":"5c0f3e0a9d1b2c47","max_tokens":64,"completion_tokens":2,
+//!  "method":"standalone"}
 //! ```
 //!
-//! `extracted` is a letter or the string `"unanswered"`; `max_tokens` is the budget the item was
-//! generated with (`--rerun-truncated` needs a larger one).
+//! `extracted` is a letter or the string `"unanswered"`; `truncated_by` is `"max_tokens"` (the
+//! budget) or `"context"` (the engine's context) for a truncated item, else `null`; `item_hash`
+//! is the item's fingerprint ([`McItem::fingerprint`](super::McItem::fingerprint): question and
+//! options), checked by `--rerun-truncated`; `max_tokens` is the budget the item was generated
+//! with (`--rerun-truncated` needs a larger one). Results files are validated when read (see
+//! [`parse_results`]).
 //!
 //! **Confidence interval.** Accuracy `p = correct / n` is reported with the 95% Wilson score
 //! interval (z = 1.959964): with `z2 = z^2`,
@@ -31,6 +36,12 @@ use super::EvalError;
 /// The `extracted` value of an item with no answer found.
 pub const UNANSWERED: &str = "unanswered";
 
+/// `truncated_by` of an item that hit its token budget.
+pub const TRUNCATED_BY_MAX_TOKENS: &str = "max_tokens";
+
+/// `truncated_by` of an item that hit the engine's context limit.
+pub const TRUNCATED_BY_CONTEXT: &str = "context";
+
 /// z of a two-sided 95% interval.
 pub const Z95: f64 = 1.959_963_984_540_054;
 
@@ -49,6 +60,11 @@ pub struct ItemResult {
     pub correct: bool,
     /// Generation hit the token budget (or the context limit) before finishing.
     pub truncated: bool,
+    /// Why it was truncated: [`TRUNCATED_BY_MAX_TOKENS`] or [`TRUNCATED_BY_CONTEXT`]; `None` if
+    /// not truncated.
+    pub truncated_by: Option<String>,
+    /// The item's fingerprint (question and options), to tie the result to its data file.
+    pub item_hash: String,
     /// The token budget this completion was generated with.
     pub max_tokens: usize,
     /// Tokens generated.
@@ -148,10 +164,58 @@ pub fn wilson(successes: usize, n: usize, z: f64) -> (f64, f64) {
     ((center - half).max(0.0), (center + half).min(1.0))
 }
 
-/// Parse a results JSONL text (blank lines skipped).
+/// Whether `s` is one letter `A..=J`.
+fn is_letter(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!((c.next(), c.next()), (Some('A'..='J'), None))
+}
+
+/// Check one result's internal consistency.
+fn validate(r: &ItemResult) -> Result<(), String> {
+    if !is_letter(&r.gold) {
+        return Err(format!("gold {:?} is not a letter A..J", r.gold));
+    }
+    if r.extracted != UNANSWERED && !is_letter(&r.extracted) {
+        return Err(format!("extracted {:?} is not a letter A..J or {UNANSWERED:?}", r.extracted));
+    }
+    if r.correct != (r.extracted == r.gold) {
+        return Err(format!(
+            "correct is {} but extracted {:?} and gold {:?}",
+            r.correct, r.extracted, r.gold
+        ));
+    }
+    if r.max_tokens == 0 {
+        return Err("max_tokens must be >= 1".into());
+    }
+    if r.completion_tokens > r.max_tokens {
+        return Err(format!(
+            "completion_tokens {} exceeds max_tokens {}",
+            r.completion_tokens, r.max_tokens
+        ));
+    }
+    match (r.truncated, r.truncated_by.as_deref()) {
+        (false, None) | (true, Some(TRUNCATED_BY_MAX_TOKENS | TRUNCATED_BY_CONTEXT)) => {}
+        (t, by) => {
+            return Err(format!(
+                "truncated {t} with truncated_by {by:?} (expected null, \"max_tokens\" or \
+                 \"context\", set exactly when truncated)"
+            ))
+        }
+    }
+    if r.item_hash.len() != 16 || !r.item_hash.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!("item_hash {:?} is not 16 hex digits", r.item_hash));
+    }
+    Ok(())
+}
+
+/// Parse a results JSONL text (blank lines skipped). Each line is validated: `gold` a letter
+/// `A..=J`, `extracted` one too or `"unanswered"`, `correct == (extracted == gold)`,
+/// `1 <= max_tokens`, `completion_tokens <= max_tokens`, `truncated_by` set exactly when
+/// `truncated`, `item_hash` 16 hex digits. (Whether a letter exists for the item is checked
+/// against the data file by [`select_truncated`](super::select_truncated).)
 ///
 /// # Errors
-/// [`EvalError::Results`] naming the line for malformed lines or duplicate ids.
+/// [`EvalError::Results`] naming the line for malformed or inconsistent lines or duplicate ids.
 pub fn parse_results(text: &str) -> Result<Vec<ItemResult>, EvalError> {
     let mut out = Vec::new();
     let mut seen = HashMap::new();
@@ -159,11 +223,9 @@ pub fn parse_results(text: &str) -> Result<Vec<ItemResult>, EvalError> {
         if l.trim().is_empty() {
             continue;
         }
-        let r: ItemResult = serde_json::from_str(l).map_err(|e| EvalError::Results {
-            file: None,
-            line: i + 1,
-            msg: e.to_string(),
-        })?;
+        let bad = |msg: String| EvalError::Results { file: None, line: i + 1, msg };
+        let r: ItemResult = serde_json::from_str(l).map_err(|e| bad(e.to_string()))?;
+        validate(&r).map_err(bad)?;
         if let Some(prev) = seen.insert(r.key(), i + 1) {
             return Err(EvalError::Results {
                 file: None,
@@ -181,8 +243,12 @@ pub fn parse_results(text: &str) -> Result<Vec<ItemResult>, EvalError> {
 /// # Errors
 /// [`EvalError::Io`] if it cannot be read; as [`parse_results`] otherwise (path added).
 pub fn read_results(path: &Path) -> Result<Vec<ItemResult>, EvalError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?;
+    let bytes =
+        std::fs::read(path).map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?;
+    let text = super::data::decode_text(&bytes).map_err(|e| match e {
+        EvalError::Data { line, msg, .. } => EvalError::Results { file: None, line, msg },
+        e => e,
+    })?;
     parse_results(&text).map_err(|e| e.in_file(path))
 }
 
@@ -248,6 +314,8 @@ mod tests {
             gold: gold.into(),
             correct: extracted == gold,
             truncated,
+            truncated_by: truncated.then(|| TRUNCATED_BY_MAX_TOKENS.to_string()),
+            item_hash: "0123456789abcdef".into(),
             max_tokens: 8,
             completion_tokens: 8,
             method: "marker".into(),
@@ -281,5 +349,32 @@ mod tests {
         let dup = format!("{}\n{}\n", to_line(&rs[0]).unwrap(), to_line(&rs[0]).unwrap());
         let e = parse_results(&dup).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("duplicate id 0"), "{e}");
+    }
+
+    /// Review finding 13: results files are validated, not trusted.
+    #[test]
+    fn results_are_validated() {
+        let ok = res(0, "A", "A", false);
+        let check = |f: &dyn Fn(&mut ItemResult), want: &str| {
+            let mut r = ok.clone();
+            f(&mut r);
+            let e = parse_results(&to_line(&r).unwrap()).unwrap_err().to_string();
+            assert!(e.contains("line 1") && e.contains(want), "{want}: {e}");
+        };
+        check(
+            &|r| {
+                r.extracted = "banana".into();
+                r.correct = true;
+            },
+            "extracted \"banana\"",
+        );
+        check(&|r| r.correct = false, "correct is false");
+        check(&|r| r.max_tokens = 0, "max_tokens must be >= 1");
+        check(&|r| r.completion_tokens = 9, "exceeds max_tokens");
+        check(&|r| r.gold = "K".into(), "gold \"K\"");
+        check(&|r| r.truncated = true, "truncated true");
+        check(&|r| r.truncated_by = Some("banana".into()), "truncated false");
+        check(&|r| r.item_hash = "xyz".into(), "item_hash");
+        assert!(parse_results(&to_line(&ok).unwrap()).is_ok());
     }
 }

@@ -1,0 +1,845 @@
+//! CUDA backend: bf16 tensors on one GPU, ops from the deltakit kernels and cuBLASLt.
+//!
+//! [`CudaBackend`] implements [`Backend`] with the same structure as the CPU backend
+//! ([`super::cpu`]), op for op:
+//!
+//! | trait op | kernels |
+//! | --- | --- |
+//! | `embedding` | `mlp.embedding` (ids uploaded per call) |
+//! | `linear` | `gemm.linear` ([`Gemm`], cuBLASLt, one handle on the backend's stream) |
+//! | `rms_norm`, `add_rms_norm` | `norm.rms`, `norm.fused_add_rms` |
+//! | `silu_and_mul` | `mlp.silu_and_mul` |
+//! | `gdn_mix` prefill | `conv1d.prefill` -> `gdr.chunk_prefill` (fused gating) -> `norm.rms_gated` |
+//! | `gdn_mix` decode | `conv1d.update` -> `gdr.decode` (fused gating) -> `norm.rms_gated` |
+//! | `attention` prefill | `attn.prep` -> `attn.prefill` -> `attn.output_gate` |
+//! | `attention` decode | `attn.prep` -> `attn.decode` (split-K) -> `attn.output_gate` |
+//! | `gather_rows`, `concat_rows` | device-to-device copies |
+//!
+//! The q/k/v inputs of the GDR kernels are strided column views of the conv output (no split
+//! copies); the attention gate is written contiguous by `attn.prep`.
+//!
+//! # Tensors and device state
+//! - Weights and activations: bf16 [`CudaSlice`]s, row-major `[rows, cols]`. A one-row tensor
+//!   (`A_log`, `dt_bias`, the norm weights) also keeps an f32 copy of the host values: the GDR
+//!   kernels take `A_log` / `dt_bias` in f32, unrounded.
+//! - GDN state ([`CudaGdnState`]): recurrent pool f32 `[slots, H_v, K, V]`, conv pool bf16
+//!   `[slots, conv_dim, W-1]`, one pair per linear-attention layer, zeroed at allocation;
+//!   [`Backend::reset_gdn_slot`] zeroes one slot (a `memset` on a slice of each pool).
+//! - KV cache ([`CudaKvCache`]): bf16 `[num_pages, page_size, H_kv, hd]` for K and V per
+//!   attention layer.
+//!
+//! # Per-step uploads
+//! The engine's scheduler builds the batch metadata on the host ([`StepBatch`]: `cu_seqlens`,
+//! `slots`, `ctx_lens`, page table). The first layer that needs it in a step uploads it
+//! (`cu_seqlens`, `slots`, `ctx_lens`, the page table and, for decode, `seq_lens = ctx_lens + 1`)
+//! into small device buffers; every later layer of the same step sees an equal `StepBatch` and
+//! reuses them (one comparison of host vectors per layer). The host copies are passed to the
+//! wrappers, which validate slots, `cu_seqlens` and page ids before every launch. Scratch
+//! workspaces (`gdr.chunk_prefill`'s, `attn.decode`'s split-K partials) grow on demand and are
+//! reused by every layer.
+//!
+//! # Streams and cudarc event tracking
+//! The backend enqueues everything on one stream of its own (`ctx.new_stream()`, not the legacy
+//! default stream, so CUDA-graph capture can be added later). cudarc's event tracking (a
+//! read/write `CUevent` per slice, recorded on every use so that slices can cross streams) is
+//! **disabled** right after the context is created ([`CudaBackend::new`]): with a single stream,
+//! stream order already orders every use and every free (`cuMemFreeAsync` on the same stream), so
+//! the events would only add two event records per kernel argument, and recording events is not
+//! allowed inside a CUDA-graph capture of another stream. The invariant this relies on: no
+//! slice of this backend is used on another stream. The test helper context
+//! ([`CudaBackend::from_context`]) disables it the same way.
+//!
+//! # Host-side parts (documented limits)
+//! The engine's [`crate::generate::Engine::step`] copies the requested logits rows to the host
+//! ([`Backend::to_host`], bf16 -> f32), where greedy argmax, temperature / top-p sampling and the
+//! `--logprobs` log-softmax top-k run with the CPU code (one bf16 row of `vocab` values per
+//! sequence per step: 0.5 MB at Qwen3.5's 248k vocabulary). [`CudaBackend::argmax`]
+//! (`sample.argmax` on the device) is ready for a greedy fast path but not wired into the
+//! scheduler: every generated token's event carries its log-probability, so the row is needed on
+//! the host anyway until a device log-sum-exp / top-k kernel exists (a separate issue).
+//!
+//! # Supported shapes
+//! `gdr.chunk_prefill` / `gdr.decode` are built for `K, V` in {64, 128}; attention for head dims
+//! 64, 128, 256 with GQA groups <= 16 in decode; conv width 2..=4. [`CudaBackend::check_model`]
+//! rejects anything else with [`EngineError::Unsupported`] before weights are loaded (and
+//! [`Backend::new_gdn_state`] / [`Backend::new_kv_cache`] check again), so an unsupported model
+//! never produces output.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use deltakit::cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut};
+use deltakit::ops::attn::{self, PagedKv, Rope, SeqBatch};
+use deltakit::ops::conv1d::{self, ConvDims, VarlenHost};
+use deltakit::ops::gdr::chunk_prefill::{
+    self, ChunkPrefillInputs, ChunkPrefillStrides, Gating, HostCopies, InitialState,
+};
+use deltakit::ops::gdr::{self, DecodeStrides, GdrDims, GdrOptions};
+use deltakit::ops::gemm::Gemm;
+use deltakit::ops::{mlp, norm, sample};
+use half::bf16;
+
+use super::{AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch, StepKind};
+use crate::config::ModelConfig;
+use crate::error::{EngineError, Result};
+use crate::weights::HostTensor;
+
+const BACKEND: &str = "cuda";
+
+fn err(msg: String) -> EngineError {
+    EngineError::Backend { backend: BACKEND, msg }
+}
+
+/// Kernel-library errors: unsupported configurations stay [`EngineError::Unsupported`], the rest
+/// become [`EngineError::Backend`].
+fn dk(e: deltakit::Error) -> EngineError {
+    match e {
+        deltakit::Error::Unsupported { op, what } => {
+            EngineError::Unsupported { backend: BACKEND, what: format!("{op}: {what}") }
+        }
+        e => err(e.to_string()),
+    }
+}
+
+fn drv(e: deltakit::cudarc::driver::DriverError) -> EngineError {
+    err(format!("CUDA driver: {e}"))
+}
+
+fn unsupported(what: String) -> EngineError {
+    EngineError::Unsupported { backend: BACKEND, what }
+}
+
+/// Allocates `len` elements (at least one, so empty tensors have a valid buffer) without
+/// initialising them.
+///
+/// # Safety
+/// The caller writes every element it later reads (each op's kernel writes its whole output).
+unsafe fn alloc_uninit<T: deltakit::cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<CudaSlice<T>> {
+    // SAFETY: forwarded to the caller.
+    unsafe { stream.alloc::<T>(len.max(1)) }.map_err(drv)
+}
+
+/// A device tensor `[rows, cols]`, bf16, row-major.
+#[derive(Debug)]
+pub struct CudaTensor {
+    buf: CudaSlice<bf16>,
+    /// f32 copy of a one-row tensor's host values (`A_log`, `dt_bias`, norm weights).
+    f32_copy: Option<CudaSlice<f32>>,
+    rows: usize,
+    cols: usize,
+}
+
+impl CudaTensor {
+    fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// The tensor's elements (the buffer may be longer: empty tensors own one element).
+    fn v(&self) -> CudaView<'_, bf16> {
+        self.buf.slice(..self.len())
+    }
+
+    fn vm(&mut self) -> CudaViewMut<'_, bf16> {
+        let n = self.len();
+        self.buf.slice_mut(..n)
+    }
+
+    /// The f32 copy of a one-row weight.
+    fn f32_view(&self, what: &str) -> Result<CudaView<'_, f32>> {
+        self.f32_copy
+            .as_ref()
+            .map(|b| b.slice(..self.len()))
+            .ok_or_else(|| err(format!("`{what}` has no f32 copy (not a one-row weight)")))
+    }
+}
+
+/// One GDN layer's state pools on the device.
+#[derive(Debug)]
+pub struct CudaGdnState {
+    /// f32 `[slots, H_v, K, V]`.
+    recurrent: CudaSlice<f32>,
+    /// bf16 `[slots, conv_dim, W-1]`.
+    conv: CudaSlice<bf16>,
+    dims: GdnDims,
+    num_slots: usize,
+}
+
+/// One attention layer's paged KV cache on the device: bf16 `[pages, page_size, H_kv, hd]` each.
+#[derive(Debug)]
+pub struct CudaKvCache {
+    k: CudaSlice<bf16>,
+    v: CudaSlice<bf16>,
+    num_pages: usize,
+    dims: AttnDims,
+}
+
+/// A step's batch metadata on the device (uploaded once per distinct [`StepBatch`]).
+#[derive(Debug)]
+struct DeviceBatch {
+    cu_seqlens: CudaSlice<i32>,
+    slots: CudaSlice<i32>,
+    ctx_lens: CudaSlice<i32>,
+    page_table: CudaSlice<i32>,
+    /// Decode: `ctx_lens + 1` (host copy alongside).
+    seq_lens: CudaSlice<i32>,
+    seq_lens_host: Vec<i32>,
+}
+
+/// Reused device buffers: the current step's metadata and the kernels' workspaces.
+#[derive(Debug, Default)]
+struct Scratch {
+    batch: Option<(StepBatch, DeviceBatch)>,
+    gdr_ws: Option<CudaSlice<u8>>,
+    attn_ws: Option<CudaSlice<f32>>,
+}
+
+/// The CUDA backend on one GPU (see the module docs).
+pub struct CudaBackend {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    gemm: Gemm,
+    scratch: Mutex<Scratch>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("ordinal", &self.ordinal).finish_non_exhaustive()
+    }
+}
+
+impl CudaBackend {
+    /// The backend on GPU `ordinal`: a fresh context handle with cudarc's event tracking
+    /// disabled, one stream, one cuBLASLt handle.
+    ///
+    /// # Errors
+    /// [`EngineError::Device`] if no CUDA driver or no such device is usable; backend errors if
+    /// the stream or cuBLASLt cannot be created.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let ctx = deltakit::try_context(ordinal).ok_or_else(|| {
+            EngineError::Device(format!(
+                "cuda:{ordinal}: no usable CUDA device (no driver, or no such device)"
+            ))
+        })?;
+        Self::from_context(ctx, ordinal)
+    }
+
+    /// The backend on an existing context (e.g. from `deltakit::testing::gpu_or_skip`). Disables
+    /// cudarc's event tracking on it: slices created on this context afterwards carry no events,
+    /// so the caller must not use them on another stream.
+    ///
+    /// # Errors
+    /// Backend errors if the stream or cuBLASLt cannot be created.
+    pub fn from_context(ctx: Arc<CudaContext>, ordinal: usize) -> Result<Self> {
+        // SAFETY: every slice this backend creates is used on `stream` only (module docs), so
+        // stream order synchronises all uses and frees.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(drv)?;
+        let gemm = Gemm::new(stream.clone()).map_err(dk)?;
+        Ok(Self { ordinal, ctx, stream, gemm, scratch: Mutex::new(Scratch::default()) })
+    }
+
+    /// Parses `cuda` / `cuda:N` into the ordinal, `None` for any other device string.
+    #[must_use]
+    pub fn parse_device(device: &str) -> Option<usize> {
+        match device {
+            "cuda" => Some(0),
+            d => d.strip_prefix("cuda:").and_then(|n| n.parse().ok()),
+        }
+    }
+
+    /// The CUDA context.
+    #[must_use]
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every op is enqueued on.
+    #[must_use]
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Checks that the kernels support `cfg`'s shapes (run before loading weights).
+    ///
+    /// # Errors
+    /// [`EngineError::Unsupported`] naming the first unsupported dimension: GDR head dims
+    /// `K`, `V` outside {64, 128}, attention head dim outside {64, 128, 256}, a decode GQA group
+    /// over 16, conv width outside 2..=4, an odd or oversized rotary dim.
+    pub fn check_model(cfg: &ModelConfig) -> Result<()> {
+        check_gdn(GdnDims {
+            h_k: cfg.linear_num_key_heads,
+            h_v: cfg.linear_num_value_heads,
+            k: cfg.linear_key_head_dim,
+            v: cfg.linear_value_head_dim,
+            conv_kernel: cfg.conv_kernel,
+            eps: cfg.rms_norm_eps,
+        })?;
+        check_attn(AttnDims {
+            n_q_heads: cfg.num_attention_heads,
+            n_kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            rotary_dim: cfg.rope.rotary_dim,
+            rope_theta: cfg.rope.theta as f32,
+            eps: cfg.rms_norm_eps,
+            page_size: 1,
+        })
+    }
+
+    /// Greedy sampling on the device (`sample.argmax`): the argmax id of every logits row, ties to
+    /// the lowest id.
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] for a row containing a NaN (the kernel returns -1 there) or a
+    /// device error.
+    pub fn argmax(&self, logits: &CudaTensor) -> Result<Vec<u32>> {
+        let mut ids = alloc_ids(&self.stream, logits.rows)?;
+        let mut idv = ids.slice_mut(..logits.rows);
+        sample::argmax(&self.stream, &logits.v(), logits.cols, &mut idv).map_err(dk)?;
+        let host = self.stream.clone_dtoh(&idv).map_err(drv)?;
+        self.stream.synchronize().map_err(drv)?;
+        host.iter()
+            .map(|&i| u32::try_from(i).map_err(|_| err("argmax: logits row has a NaN".into())))
+            .collect()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Scratch>> {
+        self.scratch.lock().map_err(|_| err("scratch mutex poisoned by an earlier panic".into()))
+    }
+
+    /// A new tensor of `rows x cols` whose contents the caller's kernel writes entirely.
+    fn output(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
+        // SAFETY: every caller launches a kernel that writes all `rows * cols` elements.
+        let buf = unsafe { alloc_uninit::<bf16>(&self.stream, rows * cols) }?;
+        Ok(CudaTensor { buf, f32_copy: None, rows, cols })
+    }
+
+    /// Makes `scratch.batch` hold `batch` on the device (uploads only when it changed).
+    fn upload_batch<'s>(
+        &self,
+        scratch: &'s mut Option<(StepBatch, DeviceBatch)>,
+        batch: &StepBatch,
+    ) -> Result<&'s DeviceBatch> {
+        let fresh = matches!(scratch, Some((b, _)) if b == batch);
+        if !fresh {
+            let up = |v: &[i32]| -> Result<CudaSlice<i32>> {
+                if v.is_empty() {
+                    return Err(err("empty batch metadata".into()));
+                }
+                self.stream.clone_htod(v).map_err(drv)
+            };
+            let seq_lens_host: Vec<i32> = batch.ctx_lens.iter().map(|&c| c + 1).collect();
+            let dev = DeviceBatch {
+                cu_seqlens: up(&batch.cu_seqlens)?,
+                slots: up(&batch.slots)?,
+                ctx_lens: up(&batch.ctx_lens)?,
+                page_table: up(&batch.page_table)?,
+                seq_lens: up(&seq_lens_host)?,
+                seq_lens_host,
+            };
+            *scratch = Some((batch.clone(), dev));
+        }
+        scratch.as_ref().map(|(_, d)| d).ok_or_else(|| err("batch upload failed".into()))
+    }
+}
+
+fn alloc_ids(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<i32>> {
+    // SAFETY: `sample.argmax` writes one id per row before the copy back.
+    unsafe { alloc_uninit::<i32>(stream, n) }
+}
+
+fn check_gdn(d: GdnDims) -> Result<()> {
+    if !matches!(d.k, 64 | 128) || !matches!(d.v, 64 | 128) {
+        return Err(unsupported(format!(
+            "GDN head dims K = {}, V = {}: the gdr.chunk_prefill / gdr.decode kernels are built for \
+             K, V in {{64, 128}}",
+            d.k, d.v
+        )));
+    }
+    if d.h_k == 0 || d.h_v % d.h_k != 0 {
+        return Err(unsupported(format!(
+            "GDN heads H_k = {}, H_v = {} (H_v must be a multiple of H_k)",
+            d.h_k, d.h_v
+        )));
+    }
+    if !(2..=4).contains(&d.conv_kernel) {
+        return Err(unsupported(format!("conv kernel width {} (supported: 2..=4)", d.conv_kernel)));
+    }
+    Ok(())
+}
+
+fn check_attn(d: AttnDims) -> Result<()> {
+    if !matches!(d.head_dim, 64 | 128 | 256) {
+        return Err(unsupported(format!(
+            "attention head_dim {} (kernels built for 64, 128, 256)",
+            d.head_dim
+        )));
+    }
+    if d.n_kv_heads == 0 || d.n_q_heads % d.n_kv_heads != 0 {
+        return Err(unsupported(format!(
+            "attention heads H_q = {}, H_kv = {} (H_q must be a multiple of H_kv)",
+            d.n_q_heads, d.n_kv_heads
+        )));
+    }
+    if d.n_q_heads / d.n_kv_heads > attn::DECODE_MAX_GROUP {
+        return Err(unsupported(format!(
+            "GQA group {} > {} (attn.decode)",
+            d.n_q_heads / d.n_kv_heads,
+            attn::DECODE_MAX_GROUP
+        )));
+    }
+    if d.rotary_dim == 0 || d.rotary_dim % 2 != 0 || d.rotary_dim > d.head_dim {
+        return Err(unsupported(format!(
+            "rotary dim {} (must be even, in 2..={})",
+            d.rotary_dim, d.head_dim
+        )));
+    }
+    Ok(())
+}
+
+fn check_cols(op: &str, what: &str, t: &CudaTensor, cols: usize) -> Result<()> {
+    if t.cols == cols {
+        Ok(())
+    } else {
+        Err(err(format!("{op}: `{what}` has {} columns, expected {cols}", t.cols)))
+    }
+}
+
+fn check_rows(op: &str, what: &str, t: &CudaTensor, rows: usize) -> Result<()> {
+    if t.rows == rows {
+        Ok(())
+    } else {
+        Err(err(format!("{op}: `{what}` has {} rows, expected {rows}", t.rows)))
+    }
+}
+
+/// Grows `ws` to at least `len` elements (contents unspecified) and returns it.
+fn grow<'w, T: deltakit::cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    ws: &'w mut Option<CudaSlice<T>>,
+    len: usize,
+) -> Result<&'w mut CudaSlice<T>> {
+    if ws.as_ref().is_none_or(|w| w.len() < len) {
+        *ws = None; // free the old one first
+                    // SAFETY: workspaces are scratch whose contents on entry don't matter to the kernels.
+        *ws = Some(unsafe { alloc_uninit::<T>(stream, len) }?);
+    }
+    ws.as_mut().ok_or_else(|| err("workspace allocation failed".into()))
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type GdnState = CudaGdnState;
+    type KvCache = CudaKvCache;
+
+    fn name(&self) -> String {
+        format!("cuda:{}", self.ordinal)
+    }
+
+    fn upload(&self, t: &HostTensor) -> Result<CudaTensor> {
+        let cols = t.shape.last().copied().unwrap_or(1);
+        let rows = t.data.len().checked_div(cols).unwrap_or(0);
+        if rows * cols != t.data.len() {
+            return Err(err(format!(
+                "upload: {} elements do not fill shape {:?}",
+                t.data.len(),
+                t.shape
+            )));
+        }
+        let host: Vec<bf16> = t.data.iter().map(|&x| bf16::from_f32(x)).collect();
+        let mut buf = alloc_for_upload(&self.stream, host.len())?;
+        if !host.is_empty() {
+            self.stream.memcpy_htod(&host, &mut buf).map_err(drv)?;
+        }
+        let f32_copy = if rows == 1 && !t.data.is_empty() {
+            Some(self.stream.clone_htod(&t.data).map_err(drv)?)
+        } else {
+            None
+        };
+        Ok(CudaTensor { buf, f32_copy, rows, cols })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
+        if t.len() == 0 {
+            return Ok(Vec::new());
+        }
+        let host = self.stream.clone_dtoh(&t.v()).map_err(drv)?;
+        self.stream.synchronize().map_err(drv)?;
+        Ok(host.iter().map(|x| x.to_f32()).collect())
+    }
+
+    fn shape(&self, t: &CudaTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn new_gdn_state(&self, dims: GdnDims, num_slots: usize) -> Result<CudaGdnState> {
+        check_gdn(dims)?;
+        if num_slots == 0 {
+            return Err(err("new_gdn_state: zero slots".into()));
+        }
+        let rec = num_slots * dims.h_v * dims.k * dims.v;
+        let conv = num_slots * dims.conv_dim() * (dims.conv_kernel - 1);
+        Ok(CudaGdnState {
+            recurrent: self.stream.alloc_zeros::<f32>(rec).map_err(drv)?,
+            conv: self.stream.alloc_zeros::<bf16>(conv).map_err(drv)?,
+            dims,
+            num_slots,
+        })
+    }
+
+    fn reset_gdn_slot(&self, state: &mut CudaGdnState, slot: usize) -> Result<()> {
+        if slot >= state.num_slots {
+            return Err(err(format!("reset_gdn_slot: slot {slot} >= {}", state.num_slots)));
+        }
+        let d = state.dims;
+        let r = d.h_v * d.k * d.v;
+        let c = d.conv_dim() * (d.conv_kernel - 1);
+        let mut rv = state.recurrent.slice_mut(slot * r..(slot + 1) * r);
+        self.stream.memset_zeros(&mut rv).map_err(drv)?;
+        let mut cv = state.conv.slice_mut(slot * c..(slot + 1) * c);
+        self.stream.memset_zeros(&mut cv).map_err(drv)
+    }
+
+    fn new_kv_cache(&self, dims: AttnDims, num_pages: usize) -> Result<CudaKvCache> {
+        check_attn(dims)?;
+        let n = num_pages * dims.page_size * dims.n_kv_heads * dims.head_dim;
+        if n == 0 {
+            return Err(err(format!("new_kv_cache: empty cache ({num_pages} pages, {dims:?})")));
+        }
+        Ok(CudaKvCache {
+            k: self.stream.alloc_zeros::<bf16>(n).map_err(drv)?,
+            v: self.stream.alloc_zeros::<bf16>(n).map_err(drv)?,
+            num_pages,
+            dims,
+        })
+    }
+
+    fn embedding(&self, ids: &[u32], table: &CudaTensor) -> Result<CudaTensor> {
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
+            return Err(err(format!("embedding: id {bad} >= vocab {}", table.rows)));
+        }
+        let mut out = self.output(ids.len(), table.cols)?;
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let dids = self.stream.clone_htod(&ids).map_err(drv)?;
+        mlp::embedding(&self.stream, &dids, &table.v(), table.rows, &mut out.vm()).map_err(dk)?;
+        Ok(out)
+    }
+
+    fn linear(&self, x: &CudaTensor, w: &CudaTensor) -> Result<CudaTensor> {
+        check_cols("linear", "w", w, x.cols)?;
+        let mut out = self.output(x.rows, w.rows)?;
+        if x.rows > 0 {
+            self.gemm
+                .linear(&x.v(), &w.v(), &mut out.vm(), x.rows, w.rows, x.cols, false)
+                .map_err(dk)?;
+        }
+        Ok(out)
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
+        check_cols("rms_norm", "w", w, x.cols)?;
+        let mut out = self.output(x.rows, x.cols)?;
+        norm::rms(&self.stream, &x.v(), &w.v(), eps, &mut out.vm()).map_err(dk)?;
+        Ok(out)
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &CudaTensor,
+        residual: &mut CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<CudaTensor> {
+        check_cols("add_rms_norm", "residual", residual, x.cols)?;
+        check_rows("add_rms_norm", "residual", residual, x.rows)?;
+        check_cols("add_rms_norm", "w", w, x.cols)?;
+        let mut out = self.output(x.rows, x.cols)?;
+        norm::fused_add_rms(&self.stream, &x.v(), &mut residual.vm(), &w.v(), eps, &mut out.vm())
+            .map_err(dk)?;
+        Ok(out)
+    }
+
+    fn silu_and_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
+        if x.cols % 2 != 0 || x.cols == 0 {
+            return Err(err(format!("silu_and_mul: odd or zero column count {}", x.cols)));
+        }
+        let inter = x.cols / 2;
+        let mut out = self.output(x.rows, inter)?;
+        mlp::silu_and_mul(&self.stream, &x.v(), inter, &mut out.vm()).map_err(dk)?;
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_lines)] // two kernel paths (prefill / decode), validated inline
+    fn gdn_mix(
+        &self,
+        qkv: &CudaTensor,
+        z: &CudaTensor,
+        b: &CudaTensor,
+        a: &CudaTensor,
+        w: &GdnMixWeights<CudaTensor>,
+        dims: GdnDims,
+        batch: &StepBatch,
+        state: &mut CudaGdnState,
+    ) -> Result<CudaTensor> {
+        const OP: &str = "gdn_mix";
+        let t = batch.num_tokens();
+        let cd = dims.conv_dim();
+        check_cols(OP, "qkv", qkv, cd)?;
+        check_rows(OP, "qkv", qkv, t)?;
+        check_cols(OP, "z", z, dims.h_v * dims.v)?;
+        check_rows(OP, "z", z, t)?;
+        check_cols(OP, "a", a, dims.h_v)?;
+        check_rows(OP, "a", a, t)?;
+        check_cols(OP, "b", b, dims.h_v)?;
+        check_rows(OP, "b", b, t)?;
+        check_cols(OP, "conv_w", &w.conv_w, dims.conv_kernel)?;
+        check_rows(OP, "conv_w", &w.conv_w, cd)?;
+        if state.dims != dims {
+            return Err(err(format!("{OP}: state dims {:?} != layer dims {dims:?}", state.dims)));
+        }
+        check_gdn(dims)?;
+        let vd = dims.h_v * dims.v;
+        let mut out = self.output(t, vd)?;
+        if t == 0 {
+            return Ok(out);
+        }
+        let mut guard = self.lock()?;
+        let Scratch { batch: cached, gdr_ws, .. } = &mut *guard;
+        let db = self.upload_batch(cached, batch)?;
+        let s = &self.stream;
+
+        // Causal conv1d + SiLU over qkv, carrying each sequence's conv state.
+        let cdims = ConvDims { conv_dim: cd, width: dims.conv_kernel };
+        let mut conv_out = self.output(t, cd)?;
+        match batch.kind {
+            StepKind::Prefill => conv1d::prefill(
+                s,
+                cdims,
+                &qkv.v(),
+                None,
+                &w.conv_w.v(),
+                None::<&CudaSlice<bf16>>,
+                &db.cu_seqlens,
+                &db.slots,
+                None::<&CudaSlice<u8>>,
+                Some(VarlenHost { cu_seqlens: &batch.cu_seqlens, slots: &batch.slots }),
+                &mut state.conv,
+                &mut conv_out.vm(),
+            ),
+            StepKind::Decode => conv1d::update(
+                s,
+                cdims,
+                1,
+                &qkv.v(),
+                None,
+                &w.conv_w.v(),
+                None::<&CudaSlice<bf16>>,
+                &db.slots,
+                Some(&batch.slots),
+                &mut state.conv,
+                &mut conv_out.vm(),
+            ),
+        }
+        .map_err(dk)?;
+
+        // q | k | v as strided column views of the conv output (HF `torch.split`), no copies.
+        let kd = dims.h_k * dims.k;
+        let cv = conv_out.v();
+        let (q, k, v) = (cv.slice(..), cv.slice(kd..), cv.slice(2 * kd..));
+        let strides = DecodeStrides { q: Some(cd), k: Some(cd), v: Some(cd), ab: None };
+        let gd = GdrDims { h_k: dims.h_k, h_v: dims.h_v, k: dims.k, v: dims.v };
+        let opts = GdrOptions::default();
+        let (a_log, dt_bias) = (w.a_log.f32_view("A_log")?, w.dt_bias.f32_view("dt_bias")?);
+        let mut o = self.output(t, vd)?;
+        match batch.kind {
+            StepKind::Prefill => {
+                let n = batch.num_seqs();
+                let ws = grow(s, gdr_ws, chunk_prefill::workspace_bytes(gd, t, n))?;
+                let inputs = ChunkPrefillInputs {
+                    q,
+                    k,
+                    v,
+                    gating: Gating::Fused { a: a.v(), b: b.v(), a_log, dt_bias },
+                    cu_seqlens: db.cu_seqlens.slice(..),
+                    slots: db.slots.slice(..),
+                    initial_state: InitialState::FromSlots,
+                };
+                let host =
+                    HostCopies { cu_seqlens: Some(&batch.cu_seqlens), slots: Some(&batch.slots) };
+                let strides: ChunkPrefillStrides = strides;
+                chunk_prefill::chunk_prefill(
+                    s,
+                    gd,
+                    opts,
+                    strides,
+                    &inputs,
+                    host,
+                    &mut state.recurrent,
+                    &mut o.vm(),
+                    ws,
+                )
+                .map_err(dk)?;
+            }
+            StepKind::Decode => gdr::decode(
+                s,
+                gd,
+                1,
+                opts,
+                strides,
+                &q,
+                &k,
+                &v,
+                &a.v(),
+                &b.v(),
+                &a_log,
+                &dt_bias,
+                &db.slots,
+                Some(&batch.slots),
+                &mut state.recurrent,
+                &mut o.vm(),
+            )
+            .map_err(dk)?,
+        }
+        // Gated RMSNorm per value head: rows [T * H_v, V].
+        check_cols(OP, "norm_w", &w.norm_w, dims.v)?;
+        norm::rms_gated(s, &o.v(), &z.v(), &w.norm_w.v(), dims.eps, &mut out.vm()).map_err(dk)?;
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_lines)] // prefill / decode paths over one prologue
+    fn attention(
+        &self,
+        q_proj: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        w: &AttnCoreWeights<CudaTensor>,
+        dims: AttnDims,
+        batch: &StepBatch,
+        cache: &mut CudaKvCache,
+    ) -> Result<CudaTensor> {
+        const OP: &str = "attention";
+        let t = batch.num_tokens();
+        let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
+        check_cols(OP, "q_proj", q_proj, hq * 2 * hd)?;
+        check_rows(OP, "q_proj", q_proj, t)?;
+        check_cols(OP, "k", k, hkv * hd)?;
+        check_rows(OP, "k", k, t)?;
+        check_cols(OP, "v", v, hkv * hd)?;
+        check_rows(OP, "v", v, t)?;
+        if cache.dims != dims {
+            return Err(err(format!("{OP}: cache dims {:?} != layer dims {dims:?}", cache.dims)));
+        }
+        let mut out = self.output(t, hq * hd)?;
+        if t == 0 {
+            return Ok(out);
+        }
+        let mut guard = self.lock()?;
+        let Scratch { batch: cached, attn_ws, .. } = &mut *guard;
+        let db = self.upload_batch(cached, batch)?;
+        let s = &self.stream;
+        let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
+        let kv = PagedKv {
+            page_size: dims.page_size,
+            num_pages: cache.num_pages,
+            max_pages: batch.max_pages,
+        };
+        let sb = SeqBatch {
+            cu_seqlens: &db.cu_seqlens,
+            ctx_lens: &db.ctx_lens,
+            page_table: &db.page_table,
+            host_cu_seqlens: &batch.cu_seqlens,
+            host_ctx_lens: &batch.ctx_lens,
+            host_page_table: &batch.page_table,
+        };
+        // Split [q | gate], q/k RMSNorm, partial RoPE at ctx_lens + j, k/v into the paged cache.
+        let mut q = self.output(t, hq * hd)?;
+        let mut gate = self.output(t, hq * hd)?;
+        attn::prep(
+            s,
+            (&q_proj.v(), None),
+            (&k.v(), None),
+            (&v.v(), None),
+            &w.q_norm.v(),
+            &w.k_norm.v(),
+            dims.eps,
+            Rope { rotary_dim: dims.rotary_dim, theta: dims.rope_theta },
+            ad,
+            kv,
+            &sb,
+            &mut cache.k,
+            &mut cache.v,
+            &mut q.vm(),
+            &mut gate.vm(),
+        )
+        .map_err(dk)?;
+        let mut o = self.output(t, hq * hd)?;
+        match batch.kind {
+            StepKind::Prefill => {
+                attn::prefill(s, &q.v(), &cache.k, &cache.v, ad, kv, &sb, None, &mut o.vm())
+                    .map_err(dk)?;
+            }
+            StepKind::Decode => {
+                let n = batch.num_seqs();
+                let max_ctx = db.seq_lens_host.iter().copied().max().unwrap_or(1).max(1) as usize;
+                let splits = attn::decode_splits(n, ad, max_ctx);
+                let ws = grow(s, attn_ws, attn::decode_workspace_len(n, ad, splits))?;
+                attn::decode(
+                    s,
+                    &q.v(),
+                    &cache.k,
+                    &cache.v,
+                    ad,
+                    kv,
+                    (&db.seq_lens, &db.seq_lens_host),
+                    (&db.page_table, &batch.page_table),
+                    None,
+                    splits,
+                    ws,
+                    &mut o.vm(),
+                )
+                .map_err(dk)?;
+            }
+        }
+        attn::output_gate(s, &o.v(), &gate.v(), hq * hd, None, &mut out.vm()).map_err(dk)?;
+        Ok(out)
+    }
+
+    fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
+        let mut out = self.output(rows.len(), x.cols)?;
+        let c = x.cols;
+        for (i, &r) in rows.iter().enumerate() {
+            if r >= x.rows {
+                return Err(err(format!("gather_rows: row {r} >= {}", x.rows)));
+            }
+            let src = x.buf.slice(r * c..(r + 1) * c);
+            let mut dst = out.buf.slice_mut(i * c..(i + 1) * c);
+            self.stream.memcpy_dtod(&src, &mut dst).map_err(drv)?;
+        }
+        Ok(out)
+    }
+
+    fn concat_rows(&self, a: &CudaTensor, b: &CudaTensor) -> Result<CudaTensor> {
+        check_cols("concat_rows", "b", b, a.cols)?;
+        let mut out = self.output(a.rows + b.rows, a.cols)?;
+        let (na, nb) = (a.len(), b.len());
+        if na > 0 {
+            let mut dst = out.buf.slice_mut(..na);
+            self.stream.memcpy_dtod(&a.v(), &mut dst).map_err(drv)?;
+        }
+        if nb > 0 {
+            let mut dst = out.buf.slice_mut(na..na + nb);
+            self.stream.memcpy_dtod(&b.v(), &mut dst).map_err(drv)?;
+        }
+        Ok(out)
+    }
+}
+
+fn alloc_for_upload(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<bf16>> {
+    // SAFETY: `upload` copies all `n` host elements into it right after.
+    unsafe { alloc_uninit::<bf16>(stream, n) }
+}
