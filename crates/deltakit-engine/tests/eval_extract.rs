@@ -148,6 +148,32 @@ const CASES: &[Case] = &[
     // --- bold article (finding 5) and hedged questions (finding 7) ---
     c("This is **a** trick question; the capital is London.", 4, Some('B'), "bold lowercase article is not a letter"),
     c("Is it C?", 4, None, "a hedged question is unanswered"),
+    // --- review round 3: unit / variable / math letters are not answers (A) ---
+    c("Since the current I = V/R = 2 A.", 10, None, "'I = V/R', '2 A': math and a unit"),
+    c("The resistance is 5 \u{3a9} and the current is 2 A.", 4, None, "'2 A' is a unit"),
+    c("The mass is 3 kg and the charge is 2 C.", 4, None, "'2 C' is a unit"),
+    c("At 300 K the rate doubles; 1 J of work is done.", 10, None, "'300 K', '1 J' are units"),
+    c("Using F = ma with a = 2 m/s^2 and m = 3 kg, F = 6 N.", 10, None, "'F = ma', '6 N': math and a unit"),
+    c("Let A be the event of rain; P(A) = 0.3.", 4, None, "'Let A be', 'P(A)': a variable"),
+    c("Matrix A is invertible since det(A) = 3.", 4, None, "'Matrix A', 'det(A)': a name and an argument"),
+    c("Vitamin A, B, C are all water soluble? No, A is fat soluble.", 4, None, "a list of letters in prose: no guess"),
+    c("Grade: A", 4, None, "'Grade: A' is a label, not an answer"),
+    // --- conditional answers are not answers (B) ---
+    c("The answer is B if we assume constant pressure, otherwise C.", 4, None, "conditional marker: unanswered"),
+    c("If the UK is meant, the answer is B; if France, A.", 4, None, "leading 'If ...,' condition: unanswered"),
+    c("Answer: B (if we ignore friction) or C (with friction).", 4, None, "'X (aside) or Y': ambiguous and conditional"),
+    c("The answer is A if x > 0.", 4, None, "'answer is A if ...': conditional"),
+    // --- the next item is cut by the extractor itself (C) ---
+    c("The answer is B.\n\nQ: Which city is the capital of Germany?\nA. Paris \u{2026}\nAnswer: C", 4, Some('B'), "next-item cut inside the extractor"),
+    // --- round 3 guards: answers that must still be read ---
+    c("If I had to pick, the answer is B.", 4, Some('B'), "'If I had to pick' is a hedge, not a condition"),
+    c("Answer: B (London).", 4, Some('B'), "an aside naming the option is not an alternative"),
+    c("So the answer => C", 4, Some('C'), "an arrow is not a math operator"),
+    c("The current is 2 A, so the answer is B.", 4, Some('B'), "a unit letter does not hide the marker"),
+    c("Answer: B\nWhen heated, Paris expands.", 4, Some('B'), "'When' on the next line is not a condition"),
+    // --- misses fixed in round 3 ---
+    c("la respuesta correcta es la B", 4, Some('B'), "Spanish article before the letter"),
+    c("I initially thought the answer was A, but on closer inspection, it's actually D.", 4, Some('D'), "'answer was A' then a correction to D"),
 ];
 
 #[test]

@@ -5,12 +5,18 @@
 //! 0. **Normalization.** Full-width forms (`Ｂ`, `：`, `（`) become ASCII. If the completion has a
 //!    `</think>`, only the text after the last one is read; if it opens `<think>` and never closes
 //!    it, the reasoning never finished: `unfinished_reasoning` (unanswered).
+//!    **Next-item cut**: only the text before the first line (after the first) where a base model
+//!    starts another item is read (`Question:`, `Question 2:`, `Q:`, `### Question`, `The
+//!    following is a multiple-choice question`, MMLU's `The following are multiple choice
+//!    questions`; see [`next_item_cut`]), whatever the template: `The answer is B.\n\nQ: ...
+//!    Answer: C` is `B`. (A cut before a `<think>` applies first; one inside the reasoning does
+//!    not hide the answer after `</think>`.)
 //! 1. **Explicit markers** (case-insensitive). A marker phrase followed by a letter:
 //!    `answer: X`, `answer is X`, `the correct/final/best answer is (X)`, `final answer: X`,
 //!    `answer would/should be X`, `correct option/choice is X`, `answer is option X`,
 //!    `answer: **X**`, `\boxed{X}` (also `\boxed{\text{X}}`); Chinese `答案是 X`, `答案：X`,
 //!    `答案为 X`, `正确选项是 X`, `选 X` / `选择 X`; Spanish `la respuesta (correcta) es X`,
-//!    `respuesta: X`; French `la (bonne) réponse est X`, `réponse : X`; German
+//!    `respuesta: X` (also with an article: `la respuesta correcta es la B`); French `la (bonne) réponse est X`, `réponse : X`; German
 //!    `die (richtige) Antwort ist/lautet X`, `Antwort: X`; Portuguese `a resposta é X`; Italian
 //!    `la risposta è X`; Japanese `答えは X`, `正解は X`. A few adverbs (`clearly`, `definitely`,
 //!    ...) and the words `option` / `choice` / `letter` may sit between phrase and letter, and the
@@ -26,7 +32,12 @@
 //!    A marker that names **more than one distinct letter** (`Answer: A or B`, `B and D`, `A/B`,
 //!    `(B) or (C)`, `A, B, or C`, `Option B or Option D`, `\boxed{B,C}`, `答案是 A 和 C`) is
 //!    ambiguous: unanswered (`ambiguous`), again without falling back to an earlier marker. So is a
-//!    questioned marker letter (`The answer is B?`). A marker letter immediately qualified as
+//!    questioned marker letter (`The answer is B?`), and so is a **conditional** one: a condition
+//!    follows in its clause, possibly in a bracketed aside (`B if we assume ...`, `B (if we
+//!    ignore friction)`, `B; if France, A`, `B, otherwise C`, `unless`, `assuming`, `provided`,
+//!    `when`), or its sentence opens with one (`If the UK is meant, the answer is B`; the hedge
+//!    `If I had to pick, ...` is not a condition). The alternatives check looks past a bracketed
+//!    aside (`B (with friction) or C`). A marker letter immediately qualified as
 //!    wrong (`Answer: C is wrong`, `D is false`, `B is incorrect`, `isn't`, `can't be`) is not an
 //!    answer: that marker is skipped.
 //!    A lone bold letter `**X**` (or `**X.** text`) is a weaker marker: it counts only when no
@@ -59,6 +70,16 @@
 //!      [`INTRODUCERS`]); after any other word it is read as part of a term (`vitamin C`,
 //!      `Hepatitis B`, `Plan A`, `type B`). After punctuation, at a line start, or wrapped
 //!      (`Paris (A)`) it is still a letter;
+//!    - **a letter the text uses as a name elsewhere**: a letter after a capitalized word that is
+//!      not an introducer or negation, or after a [`NAMING`] word (`Vitamin A`, `Matrix A`,
+//!      `hepatitis B`), and each letter of a list continuing it (`Vitamin A, B, C`), is a name
+//!      throughout the text: `... water soluble? No, A is fat soluble` is not `A`;
+//!    - a label: a letter after `Word:` with a [`NAMING`] word (`Grade: A`, `Type: B`);
+//!    - **math and units**: a letter right after a number (`2 A`, `300 K`, `1 J`), next to a math
+//!      operator or `=` (`F = ma`, `I = V/R`, `x + B`; an arrow `-> B` / `=> B` is not math), a
+//!      function-call argument (`P(A)`, `det(A)`), or a variable being introduced (`A be`, as in
+//!      `Let A be ...`);
+//!    - a conditional letter, as for markers (`A if x > 0`, `If France, A`);
 //!    - a letter inside an occurrence of an option's text that contains it as a word (option
 //!      `Vitamin C`: the `C` of `vitamin C`);
 //!    - an abbreviation: `X.` followed by a lowercase word (`C. elegans`, `E. coli`) unless that
@@ -125,6 +146,8 @@ const FILLERS: &[&str] = &[
     "choix",
     "opção",
     "opzione",
+    "la",
+    "el",
 ];
 
 /// Which rule decided an [`Extraction`].
@@ -252,6 +275,50 @@ static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
         r"|等等|不对|不對"
     ))
     .expect("constant correction pattern")
+});
+
+/// A line where a base model starts another item (`Question:`, `Q2:`, `### Question 3:`, the
+/// MMLU header): the completion is read only up to it.
+static NEXT_ITEM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)\n[ \t]*(?:#{1,6}[ \t]*)?(?:(?:question|q)[ \t]*\d*[ \t]*:",
+        r"|the\s+following\s+(?:is\s+a\s+multiple[ -]choice\s+question",
+        r"|are\s+multiple[ -]choice\s+questions))"
+    ))
+    .expect("constant next-item pattern")
+});
+
+/// After a letter (and its closers): a condition in the same clause (`B if ...`, `B (if ...)`,
+/// `B, assuming ...`, `B; otherwise ...`, `B unless ...`).
+static CONDITION_AFTER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)^[ \t]*(?:\([^()\n]*[A-Za-z]{2}[^()\n]*\)[ \t]*)?",
+        r"(?:[,;:\-\x{2013}\x{2014}][ \t]*)?\(?[ \t]*(?:(?:but|and|or|only|except)[ \t]+)?",
+        r"(?:if|unless|assuming|provided|providing|supposing|when|whenever|otherwise|in\s+case)\b"
+    ))
+    .expect("constant condition pattern")
+});
+
+/// A sentence opening with a condition (`If the UK is meant, ...`); `If I had to pick, ...`
+/// is a hedge, not a condition.
+static CONDITION_LEAD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)^[\s*_(\x22']*(?:if|unless|assuming|provided|providing|supposing|in\s+case)\b",
+        r"[^,;]*[,;]"
+    ))
+    .expect("constant condition-lead pattern")
+});
+
+/// A hedge that looks like a leading condition but commits (`If I had to pick, ...`).
+static HEDGE_LEAD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^[\s*_(\x22']*if\s+(?:i\s+(?:had|have|must)\b|forced\b|pressed\b)")
+        .expect("constant hedge pattern")
+});
+
+/// A parenthesized aside (two or more letters of prose) before an alternative: `B (with
+/// friction) or C`.
+static ASIDE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*\([^()\n]*[A-Za-z]{2}[^()\n]*\)").expect("constant aside pattern")
 });
 
 static BOLD: LazyLock<Regex> = LazyLock::new(|| {
@@ -413,13 +480,14 @@ fn letter_after_marker(s: &str, options: &[String]) -> Option<MarkerLetter> {
     if WRONG.is_match(rest) {
         return None;
     }
-    if rest.trim_start().starts_with('?') {
+    if rest.trim_start().starts_with('?') || conditional("", after) {
         return Some(MarkerLetter::Ambiguous(pos));
     }
     let first = c.to_ascii_uppercase();
     // Alternatives: `or B`, `, C`, `/D`, ...
     let mut r = rest;
     for _ in 0..12 {
+        r = ASIDE.find(r).map_or(r, |m| &r[m.end()..]); // `B (with friction) or C`
         let Some(caps) = ALTERNATIVE.captures(r) else { break };
         let (Some(open), Some(l)) = (caps.get(1), caps.get(2)) else { break };
         let c2 = l.as_str().chars().next().unwrap_or(' ');
@@ -445,10 +513,15 @@ fn letter_after_marker(s: &str, options: &[String]) -> Option<MarkerLetter> {
 fn last_marker(text: &str, options: &[String]) -> Option<(MarkerLetter, usize)> {
     let mut last = None;
     for m in MARKER.find_iter(text) {
-        if let Some(ml) = letter_after_marker(&text[m.end()..], options) {
+        if let Some(mut ml) = letter_after_marker(&text[m.end()..], options) {
             let off = match ml {
                 MarkerLetter::One(_, p) | MarkerLetter::Ambiguous(p) => m.end() + p,
             };
+            if let MarkerLetter::One(_, p) = ml {
+                if conditional(&text[..m.start()], "") {
+                    ml = MarkerLetter::Ambiguous(p); // `If the UK is meant, the answer is B`
+                }
+            }
             last = Some((ml, off));
         }
     }
@@ -573,6 +646,7 @@ pub const INTRODUCERS: &[&str] = &[
     "favor",
     "favour",
     "opt",
+    "actually",
 ];
 
 /// The word (letters and apostrophes) directly before `before`'s end, if `before` ends in a
@@ -620,9 +694,149 @@ fn negated(before: &str) -> bool {
     NEGATIONS.contains(&w.as_str()) || w.ends_with("n't") || w.ends_with("n\u{2019}t")
 }
 
+/// Where the completion stops being an answer to this item: the start of the first line
+/// (after the first) where a base model starts another item (`Question:`, `Question 2:`, `Q:`,
+/// `### Question`, `The following is a multiple-choice question`, MMLU's `The following are
+/// multiple choice questions`; case-insensitive, after optional spaces and `#` marks).
+#[must_use]
+pub fn next_item_cut(completion: &str) -> Option<usize> {
+    NEXT_ITEM.find(completion).map(|m| m.start())
+}
+
+/// Whether the letter between `before` (its sentence so far; earlier text may precede) and
+/// `after` (right after the letter) is conditional: a condition follows in its clause
+/// (`B if ...`, `B (if ...)`, `B; otherwise ...`) or its sentence opens with one
+/// (`If the UK is meant, the answer is B`).
+fn conditional(before: &str, after: &str) -> bool {
+    let (rest, _) = skip_closers(after);
+    if CONDITION_AFTER.is_match(rest) {
+        return true;
+    }
+    let start = before.rfind(['.', '!', '?', '\n']).map_or(0, |i| i + 1);
+    let sentence = &before[start..];
+    CONDITION_LEAD.is_match(sentence) && !HEDGE_LEAD.is_match(sentence)
+}
+
+/// Words before `Word: X` that make `X` a label or name, not a choice (`Grade: A`, `Type: B`).
+pub const NAMING: &[&str] = &[
+    "grade",
+    "type",
+    "class",
+    "group",
+    "plan",
+    "vitamin",
+    "hepatitis",
+    "matrix",
+    "vector",
+    "point",
+    "set",
+    "event",
+    "blood",
+    "section",
+    "part",
+    "category",
+    "level",
+    "rating",
+    "score",
+    "model",
+    "version",
+    "phase",
+    "stage",
+    "step",
+    "figure",
+    "table",
+    "appendix",
+    "exhibit",
+    "row",
+    "column",
+    "size",
+    "rank",
+    "tier",
+    "zone",
+    "gate",
+    "room",
+    "unit",
+    "species",
+    "strain",
+    "serotype",
+];
+
+/// The word before `Word:` / `Word :` at the end of `before`, lowercased.
+fn label_before(before: &str) -> Option<String> {
+    let t = before.trim_end_matches([' ', '\t']).strip_suffix(':')?;
+    word_before(&format!("{} ", t.trim_end_matches([' ', '\t'])))
+}
+
+/// Math or measurement around a letter: a number right before it (`2 A`, `300 K`), a math
+/// operator or `=` next to it (`F = ma`, `I = V/R`, `x + B`), or a function-call argument
+/// (`P(A)`, `det(A)`).
+fn math_letter(before: &str, after: &str) -> bool {
+    const OPS: &[char] = &[
+        '=', '+', '/', '^', '<', '>', '\u{00D7}', '\u{00F7}', '\u{2260}', '\u{2264}', '\u{2265}',
+        '\u{2248}', '\u{2212}',
+    ];
+    let b1 = before.strip_suffix(' ').unwrap_or(before);
+    if b1.ends_with(|c: char| c.is_ascii_digit()) {
+        return true;
+    }
+    let b = before.trim_end();
+    let arrow = b.ends_with("->") || b.ends_with("=>"); // `so -> B`: an arrow, not math
+    if (b.ends_with(OPS) && !arrow) || after.trim_start().starts_with(OPS) {
+        return true;
+    }
+    before
+        .strip_suffix('(')
+        .is_some_and(|b| b.ends_with(|c: char| c.is_alphanumeric()) && after.starts_with(')'))
+}
+
+/// Letters the text uses as part of a name (`Vitamin A`, `Plan B`, `Grade: A`, and each letter
+/// of a list after such a name: `Vitamin A, B, C`). A bare mention of such a letter elsewhere in
+/// the text may be that name, so it is not read as an answer either.
+fn named_letters(ctx: &str) -> Vec<char> {
+    let mut named = Vec::new();
+    for line in ctx.lines() {
+        let mut prev_named_end: Option<usize> = None;
+        for (p, c) in line.char_indices() {
+            if !c.is_ascii_uppercase() {
+                continue;
+            }
+            let before = &line[..p];
+            let after = &line[p + 1..];
+            let left_ok = before.chars().next_back().is_none_or(char::is_whitespace);
+            if !left_ok || !ends_token(after) {
+                continue;
+            }
+            // A naming word, or a capitalized word that does not introduce a choice.
+            let capitalized = before
+                .trim_end()
+                .rsplit(|ch: char| !ch.is_alphabetic())
+                .next()
+                .is_some_and(|w| w.starts_with(|ch: char| ch.is_uppercase()));
+            let by_word = word_before(before).is_some_and(|w| {
+                NAMING.contains(&w.as_str())
+                    || (capitalized
+                        && !INTRODUCERS.contains(&w.as_str())
+                        && !NEGATIONS.contains(&w.as_str()))
+            });
+            let by_label = label_before(before).is_some_and(|w| NAMING.contains(&w.as_str()));
+            let in_list = prev_named_end.is_some_and(|e| {
+                let gap = line[e..p].trim().to_lowercase();
+                matches!(gap.as_str(), "," | "/" | "&" | "and" | "or" | ", and" | ", or")
+            });
+            if by_word || by_label || in_list {
+                named.push(c);
+                prev_named_end = Some(p + 1);
+            }
+        }
+    }
+    named
+}
+
 /// Stage 2: standalone letters.
-fn standalone_stage(text: &str, options: &[String]) -> Option<usize> {
+/// `ctx` is the whole text `text` is part of (for [`named_letters`]).
+fn standalone_stage(text: &str, options: &[String], ctx: &str) -> Option<usize> {
     let n = options.len().min(super::data::MAX_OPTIONS);
+    let named = named_letters(ctx);
     let whole = text.trim().trim_matches(|c: char| "()[].:*".contains(c) || c.is_whitespace());
     let mut any: Vec<usize> = Vec::new();
     let mut alone: Vec<usize> = Vec::new();
@@ -670,6 +884,15 @@ fn standalone_stage(text: &str, options: &[String]) -> Option<usize> {
             }
             if in_option_text(before, c, after, options) {
                 continue;
+            }
+            let upper = c.to_ascii_uppercase();
+            if named.contains(&upper)
+                || label_before(before).is_some_and(|w| NAMING.contains(&w.as_str()))
+                || math_letter(before, after)
+                || next_word(after).is_some_and(|w| w == "be")
+                || conditional(before, after)
+            {
+                continue; // `Vitamin A, B`, `Grade: A`, `2 A`, `F = ma`, `P(A)`, `Let A be`, `A if`
             }
             any.push(i);
             if lt.len() == 1 {
@@ -763,7 +986,7 @@ fn letters_or_text(text: &str, options: &[String]) -> Option<Extraction> {
     if let Some(i) = bold_stage(text, n) {
         return Some(Extraction { index: Some(i), method: Method::Bold });
     }
-    if let Some(i) = standalone_stage(text, options) {
+    if let Some(i) = standalone_stage(text, options, text) {
         return Some(Extraction { index: Some(i), method: Method::Standalone });
     }
     option_text_stage(text, options)
@@ -774,7 +997,11 @@ fn letters_or_text(text: &str, options: &[String]) -> Option<Extraction> {
 /// See the module docs for the rules.
 #[must_use]
 pub fn extract(completion: &str, options: &[String]) -> Extraction {
-    let norm = normalize_width(completion);
+    let mut norm = normalize_width(completion);
+    if let Some(cut) = next_item_cut(&norm).filter(|&c| norm.find("<think>").is_none_or(|t| c < t))
+    {
+        norm.truncate(cut);
+    }
     let text = if let Some(p) = norm.rfind("</think>") {
         &norm[p + "</think>".len()..]
     } else if norm.contains("<think>") {
@@ -782,6 +1009,7 @@ pub fn extract(completion: &str, options: &[String]) -> Extraction {
     } else {
         norm.as_str()
     };
+    let text = &text[..next_item_cut(text).unwrap_or(text.len())];
     let marker = last_marker(text, options);
     let Some((cue, weak)) = last_correction(text) else {
         return decide(text, options, marker.map(|m| m.0));
@@ -795,7 +1023,7 @@ pub fn extract(completion: &str, options: &[String]) -> Extraction {
     if let Some(i) = bold_stage(tail, n) {
         return Extraction { index: Some(i), method: Method::Bold };
     }
-    if let Some(i) = standalone_stage(tail, options) {
+    if let Some(i) = standalone_stage(tail, options, text) {
         return Extraction { index: Some(i), method: Method::Standalone };
     }
     let tail_text = option_text_stage(tail, options);

@@ -29,8 +29,9 @@
 //! another item: at the first line (after the first) that starts, case-insensitively and after
 //! optional spaces and `#` heading marks, with `Question:` / `Question 2:` / `Question :`, `Q:` /
 //! `Q2:`, `The following is a multiple-choice question` or MMLU's `The following are multiple
-//! choice questions`. A completion cut there is not truncated. (ChatML completions are not cut:
-//! a chat model may restate the question; its turn ends with `<|im_end|>`.)
+//! choice questions`. A completion cut there is not truncated. (ChatML completions are not cut
+//! here, their turn ends with `<|im_end|>`; but [`extract::extract`] itself reads only the text
+//! before such a line, whatever the template, so a next item never decides the answer.)
 //!
 //! [`Template::Chatml`] wraps the same text, without the final `Answer:` line and with
 //! `End your reply with "Answer: X", where X is the letter.` added, as one user turn in the
@@ -49,9 +50,6 @@ pub mod report;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
-
-use regex::Regex;
 
 use crate::backend::Backend;
 use crate::error::EngineError;
@@ -61,16 +59,6 @@ use crate::tokenizer::Tokenizer;
 pub use data::{load_jsonl, McItem};
 pub use extract::{extract, Extraction, Method};
 pub use report::{ItemResult, Summary, TRUNCATED_BY_CONTEXT, TRUNCATED_BY_MAX_TOKENS, UNANSWERED};
-
-/// A line where a base model starts another item (see the module docs).
-static NEXT_ITEM: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"(?i)\n[ \t]*(?:#{1,6}[ \t]*)?(?:(?:question|q)[ \t]*\d*[ \t]*:",
-        r"|the\s+following\s+(?:is\s+a\s+multiple[ -]choice\s+question",
-        r"|are\s+multiple[ -]choice\s+questions))"
-    ))
-    .expect("constant next-item pattern")
-});
 
 /// Errors of the evaluation tool.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +147,7 @@ impl Template {
     #[must_use]
     pub fn cut_point(self, completion: &str) -> Option<usize> {
         match self {
-            Template::Plain => NEXT_ITEM.find(completion).map(|m| m.start()),
+            Template::Plain => extract::next_item_cut(completion),
             Template::Chatml => None,
         }
     }
