@@ -13,12 +13,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use std::sync::Arc;
 
-fn bf(v: &[f32]) -> Vec<bf16> {
-    v.iter().copied().map(bf16::from_f32).collect()
-}
-fn f(v: &[bf16]) -> Vec<f32> {
-    v.iter().map(|x| x.to_f32()).collect()
-}
+use common::{to_bf16 as bf, to_f32 as f};
 
 /// A random batch: per sequence (new tokens, prior context or -1), pages shuffled over the pool.
 struct Batch {

@@ -6,12 +6,7 @@ use deltakit::ops::{attn, mlp, sample};
 use deltakit::testing::{gpu_or_skip, rel_err};
 use half::bf16;
 
-fn bf(v: &[f32]) -> Vec<bf16> {
-    v.iter().copied().map(bf16::from_f32).collect()
-}
-fn f(v: &[bf16]) -> Vec<f32> {
-    v.iter().map(|x| x.to_f32()).collect()
-}
+use common::{to_bf16 as bf, to_f32 as f};
 
 #[test]
 fn silu_and_mul_matches_reference() {

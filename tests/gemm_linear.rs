@@ -5,9 +5,7 @@ use deltakit::ops::gemm::Gemm;
 use deltakit::testing::{gpu_or_skip, rel_err};
 use half::bf16;
 
-fn to_bf16(v: &[f32]) -> Vec<bf16> {
-    v.iter().copied().map(bf16::from_f32).collect()
-}
+use common::to_bf16;
 
 #[test]
 fn linear_matches_reference() {

@@ -27,6 +27,18 @@ __device__ __forceinline__ Best better(Best a, Best b) {
   return r;
 }
 
+// Max over the 32 lanes of a warp (ties to the lower index); lane 0 holds the result.
+__device__ __forceinline__ Best warp_best(Best b) {
+  for (int off = 16; off > 0; off >>= 1) {
+    Best o;
+    o.v = __shfl_down_sync(0xffffffffu, b.v, off);
+    o.i = __shfl_down_sync(0xffffffffu, b.i, off);
+    o.nan = __shfl_down_sync(0xffffffffu, b.nan, off);
+    b = better(b, o);
+  }
+  return b;
+}
+
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const __nv_bfloat16* __restrict__ logits,
                                                           int32_t* __restrict__ ids, int64_t vocab) {
   const int64_t r = blockIdx.x;
@@ -41,13 +53,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const __nv_bfloat16* _
       b.i = j;
     }
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    Best o;
-    o.v = __shfl_down_sync(0xffffffffu, b.v, off);
-    o.i = __shfl_down_sync(0xffffffffu, b.i, off);
-    o.nan = __shfl_down_sync(0xffffffffu, b.nan, off);
-    b = better(b, o);
-  }
+  b = warp_best(b);
   __shared__ float sv[kThreads / 32];
   __shared__ int64_t si[kThreads / 32];
   __shared__ int sn[kThreads / 32];
@@ -59,14 +65,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const __nv_bfloat16* _
   }
   __syncthreads();
   if (warp == 0) {
-    b = Best{sv[lane], si[lane], sn[lane]};  // kThreads / 32 == 32 partials
-    for (int off = 16; off > 0; off >>= 1) {
-      Best o;
-      o.v = __shfl_down_sync(0xffffffffu, b.v, off);
-      o.i = __shfl_down_sync(0xffffffffu, b.i, off);
-      o.nan = __shfl_down_sync(0xffffffffu, b.nan, off);
-      b = better(b, o);
-    }
+    b = warp_best(Best{sv[lane], si[lane], sn[lane]});  // kThreads / 32 == 32 partials
     if (lane == 0) ids[r] = (b.nan || b.i >= vocab) ? -1 : static_cast<int32_t>(b.i);
   }
 }

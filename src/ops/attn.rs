@@ -160,15 +160,7 @@ fn check_host(
     }
     let n = cu.len() - 1;
     validate::len(op, "host_ctx_lens", ctx.len(), n)?;
-    if kv.page_size == 0 || kv.max_pages == 0 || kv.num_pages == 0 {
-        return Err(Error::shape(
-            op,
-            "kv",
-            "page_size, max_pages, num_pages > 0",
-            format!("{kv:?}"),
-        ));
-    }
-    validate::len(op, "host_page_table", table.len(), n * kv.max_pages)?;
+    check_table_geometry(op, kv, n, table)?;
     let mut longest = 0usize;
     for i in 0..n {
         let len = (cu[i + 1] - cu[i]) as usize;
@@ -180,29 +172,53 @@ fn check_host(
         if c < 0 {
             continue;
         }
-        let total = c as usize + len;
-        let need = total.div_ceil(kv.page_size);
-        if need > kv.max_pages {
-            return Err(Error::shape(
-                op,
-                "page_table",
-                format!("at most max_pages = {} pages per sequence", kv.max_pages),
-                format!("sequence {i} needs {need} for {total} tokens"),
-            ));
-        }
-        let row = &table[i * kv.max_pages..i * kv.max_pages + need];
-        if let Some((j, &p)) =
-            row.iter().enumerate().find(|(_, &p)| p < 0 || p as usize >= kv.num_pages)
-        {
-            return Err(Error::shape(
-                op,
-                "page_table",
-                format!("page ids in 0..{}", kv.num_pages),
-                format!("page_table[{i}][{j}] = {p}"),
-            ));
-        }
+        check_seq_pages(op, i, c as usize + len, table, kv)?;
     }
     Ok((n, longest))
+}
+
+/// The cache geometry is non-empty and the host page table is `[n, max_pages]`.
+fn check_table_geometry(op: &'static str, kv: PagedKv, n: usize, table: &[i32]) -> Result<()> {
+    if kv.page_size == 0 || kv.max_pages == 0 || kv.num_pages == 0 {
+        return Err(Error::shape(
+            op,
+            "kv",
+            "page_size, max_pages, num_pages > 0",
+            format!("{kv:?}"),
+        ));
+    }
+    validate::len(op, "host_page_table", table.len(), n * kv.max_pages)
+}
+
+/// Sequence `i`, holding `total` tokens, has valid page ids for all of them in its table row.
+fn check_seq_pages(
+    op: &'static str,
+    i: usize,
+    total: usize,
+    table: &[i32],
+    kv: PagedKv,
+) -> Result<()> {
+    let need = total.div_ceil(kv.page_size);
+    if need > kv.max_pages {
+        return Err(Error::shape(
+            op,
+            "page_table",
+            format!("at most max_pages = {} pages per sequence", kv.max_pages),
+            format!("sequence {i} needs {need} for {total} tokens"),
+        ));
+    }
+    let row = &table[i * kv.max_pages..i * kv.max_pages + need];
+    if let Some((j, &p)) =
+        row.iter().enumerate().find(|(_, &p)| p < 0 || p as usize >= kv.num_pages)
+    {
+        return Err(Error::shape(
+            op,
+            "page_table",
+            format!("page ids in 0..{}", kv.num_pages),
+            format!("page_table[{i}][{j}] = {p}"),
+        ));
+    }
+    Ok(())
 }
 
 /// [`check_host`] plus the device arrays' lengths.
@@ -548,14 +564,17 @@ pub fn decode(
     let clen = cache_len(OP, kv, dims)?;
     validate::len(OP, "k_cache", k_cache.len(), clen)?;
     validate::len(OP, "v_cache", v_cache.len(), clen)?;
-    // Validate as a batch of N one-token sequences with ctx = seq_len - 1.
+    // Each live row's seq_lens[i] positions need valid pages (no host allocation per call).
     if let Some((i, &s)) = seq_lens.1.iter().enumerate().find(|(_, &s)| s == 0 || s < -1) {
         return Err(Error::shape(OP, "seq_lens", "-1 or >= 1", format!("seq_lens[{i}] = {s}")));
     }
     if n > 0 {
-        let cu: Vec<i32> = (0..=n as i32).collect();
-        let ctx: Vec<i32> = seq_lens.1.iter().map(|&s| if s == -1 { -1 } else { s - 1 }).collect();
-        check_host(OP, &cu, &ctx, page_table.1, kv, n)?;
+        check_table_geometry(OP, kv, n, page_table.1)?;
+        for (i, &s) in seq_lens.1.iter().enumerate() {
+            if s > 0 {
+                check_seq_pages(OP, i, s as usize, page_table.1, kv)?;
+            }
+        }
         validate::len(OP, "page_table", page_table.0.len(), n * kv.max_pages)?;
     }
     let scale = scale.unwrap_or(1.0 / (dims.head_dim as f32).sqrt());

@@ -27,3 +27,13 @@ pub fn randn_f32(rng: &mut StdRng, n: usize) -> Vec<f32> {
         })
         .collect()
 }
+
+/// Rounds f32 values to bf16 (RNE).
+pub fn to_bf16(v: &[f32]) -> Vec<half::bf16> {
+    v.iter().copied().map(half::bf16::from_f32).collect()
+}
+
+/// Widens bf16 values to f32 (exact).
+pub fn to_f32(v: &[half::bf16]) -> Vec<f32> {
+    v.iter().map(|x| x.to_f32()).collect()
+}
