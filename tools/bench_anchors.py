@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""Anchor benchmarks: deltakit's criterion numbers next to flash-linear-attention (FLA) at the same shapes.
+"""Anchor benchmarks: deltakit's criterion numbers next to the field's reference implementations.
+
+Anchors: flash-linear-attention (FLA) for the GDR kernels, torch `scaled_dot_product_attention(is_causal=True,
+enable_gqa=True)` for attention prefill, `torch.matmul` for the cuBLASLt linear layers.
 
 Runs on the GPU host (torch + triton + fla-core==0.6.0 importable, e.g. after
 `python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl`
 and `export PYTHONPATH=/tmp/site`). Times FLA with triton.testing.do_bench (median), reads deltakit's
 numbers from criterion (`<criterion dir>/<group>/<bench id>/new/estimates.json`, median point estimate in
-ns), and prints one table `shape | deltakit | FLA | ratio` (ratio = deltakit throughput / FLA throughput,
-> 1 means deltakit is faster). A missing deltakit or FLA number prints "-".
+ns), and prints one table per anchor library, `shape | deltakit | <anchor> | ratio` (ratio = deltakit
+throughput / anchor throughput, > 1 means deltakit is faster). A missing number prints "-".
 
-  python3 tools/bench_anchors.py --criterion-dir .gpu-h3/root/target/criterion [--only prefill|decode] [--budget-s 150]
+  python3 tools/bench_anchors.py --criterion-dir .gpu/root/target/criterion [--only prefill|decode|attn|gemm] [--budget-s 150]
 
-To add a row: append an Anchor to ANCHORS (its deltakit criterion group/id, the FLA callable builder and the
-throughput unit). Units: prefill = nominal TFLOP/s (4*T*H_v*K*V / time); decode = state GB/s (read + write
-of the f32 state, 2*N*H_v*K*V*4 bytes / time).
+To add a row: append an Anchor in anchors() (its deltakit criterion group/id, the anchor callable builder and
+the throughput unit). Units: GDR prefill = nominal TFLOP/s (4*T*H_v*K*V / time); GDR decode = state GB/s
+(read + write of the f32 state, 2*N*H_v*K*V*4 bytes / time); attention prefill = causal TFLOP/s
+(2*2*H_q*T*T*hd/2 / time); GEMM = 2*M*N*K / time.
 """
 import argparse
 import json
@@ -26,13 +30,14 @@ from typing import Callable, Optional
 
 @dataclass
 class Anchor:
-    kind: str  # "prefill" | "decode"
+    kind: str  # "prefill" | "decode" | "attn" | "gemm"
+    lib: str  # anchor library: "FLA" | "torch SDPA" | "torch.matmul"
     label: str  # table row
     group: str  # criterion group
     bench_id: str  # criterion bench id (may contain '/')
     work: float  # FLOPs (prefill) or bytes (decode) per call
     unit: str  # "TFLOP/s" or "GB/s"
-    fla: Callable[[], Optional[Callable[[], object]]]  # builds the FLA call (None if unavailable)
+    build: Callable[[], Optional[Callable[[], object]]]  # builds the anchor call
 
 
 def _prefill_builder(hk, hv, n, length, kd=128, vd=128):
@@ -70,17 +75,51 @@ def _decode_builder(hk, hv, n, kd=128, vd=128):
     return build
 
 
+def _sdpa_builder(hq, hkv, t, hd):
+    def build():
+        import torch
+        import torch.nn.functional as F
+        dev = "cuda"
+        q = torch.randn(1, hq, t, hd, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(1, hkv, t, hd, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(1, hkv, t, hd, device=dev, dtype=torch.bfloat16)
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    return build
+
+
+def _matmul_builder(m, n, k):
+    def build():
+        import torch
+        dev = "cuda"
+        x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
+        return lambda: torch.matmul(x, w.t())
+    return build
+
+
 def anchors():
     rows = []
     for name, hk, hv, n, length in [("27b_tp1_16x48", 16, 48, 1, 8192), ("27b_tp2_8x24", 8, 24, 1, 8192),
                                     ("9b_16x32", 16, 32, 8, 8192), ("9b_16x32", 16, 32, 1, 65536)]:
-        rows.append(Anchor("prefill", f"chunk_prefill {name} {n}x{length}", "gdr_chunk_prefill", f"{name}/{n}x{length}",
+        rows.append(Anchor("prefill", "FLA", f"chunk_prefill {name} {n}x{length}", "gdr_chunk_prefill", f"{name}/{n}x{length}",
                            4.0 * n * length * hv * 128 * 128, "TFLOP/s", _prefill_builder(hk, hv, n, length)))
     # gdr.decode (benches/gdr_decode.rs): group gdr_decode, ids <name>/batch<N>.
     for name, hk, hv in [("27b_tp1_16x48", 16, 48), ("27b_tp2_8x24", 8, 24)]:
         for n in (1, 16, 64, 256):
-            rows.append(Anchor("decode", f"decode {name} batch {n}", "gdr_decode", f"{name}/batch{n}",
+            rows.append(Anchor("decode", "FLA", f"decode {name} batch {n}", "gdr_decode", f"{name}/batch{n}",
                                2.0 * n * hv * 128 * 128 * 4, "GB/s", _decode_builder(hk, hv, n)))
+    # attn.prefill (benches/attn.rs): group attn_prefill, ids <name>/<T>; hd 256, one causal sequence.
+    for name, hq, hkv in [("27b_tp1", 24, 4), ("27b_tp2", 12, 2)]:
+        for t in (2048, 8192):
+            rows.append(Anchor("attn", "torch SDPA", f"attn prefill {name} {hq}/{hkv} T={t}", "attn_prefill",
+                               f"{name}/{t}", 2.0 * hq * t * t * 256, "TFLOP/s", _sdpa_builder(hq, hkv, t, 256)))
+    # gemm.linear (benches/gemm.rs): group gemm, ids <layer>/<M>; out = x[M,K] @ w[N,K]^T.
+    for name, n, k in [("27b.mlp_gate_up", 2 * 17408, 5120), ("27b.mlp_down", 5120, 17408),
+                       ("27b.gdn_in_qkvz", 2 * 16 * 128 + 2 * 48 * 128, 5120), ("9b.mlp_gate_up", 2 * 12288, 4096),
+                       ("9b.mlp_down", 4096, 12288)]:
+        for m in (1, 16, 64, 8192):
+            rows.append(Anchor("gemm", "torch.matmul", f"gemm {name} {n}x{k} M={m}", "gemm", f"{name}/{m}",
+                               2.0 * m * n * k, "TFLOP/s", _matmul_builder(m, n, k)))
     return rows
 
 
@@ -109,14 +148,14 @@ def deltakit_seconds(crit, a):
     return est["median"]["point_estimate"] * 1e-9
 
 
-def fla_seconds(a):
+def anchor_seconds(a):
     try:
         import triton.testing
-        fn = a.fla()
+        fn = a.build()
         fn()  # compile / autotune outside the timing
         return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
     except Exception as e:  # noqa: BLE001 - an anchor that cannot run prints "-"
-        print(f"# FLA {a.label}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"# {a.lib} {a.label}: {type(e).__name__}: {e}", file=sys.stderr)
         return None
 
 
@@ -127,31 +166,33 @@ def fmt(x, unit):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--criterion-dir", default=None)
-    ap.add_argument("--only", choices=["prefill", "decode"], default=None)
-    ap.add_argument("--no-fla", action="store_true", help="only print deltakit's numbers")
-    ap.add_argument("--budget-s", type=float, default=1e9, help="stop timing FLA after this many seconds")
+    ap.add_argument("--only", choices=["prefill", "decode", "attn", "gemm"], default=None)
+    ap.add_argument("--no-anchor", action="store_true", help="only print deltakit's numbers")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop timing anchors after this many seconds")
     args = ap.parse_args()
     crit = find_criterion_dir(args.criterion_dir)
     print(f"# criterion dir: {crit if crit else '(none found)'}")
     t_start = time.time()
-    lines = ["| shape | deltakit | FLA | ratio |", "| --- | --- | --- | --- |"]
+    tables = {}  # anchor library -> table lines
     for a in anchors():
         if args.only and a.kind != args.only:
             continue
         scale = 1e-12 if a.unit == "TFLOP/s" else 1e-9
         dk_s = deltakit_seconds(crit, a)
-        fla_s = None
-        if not args.no_fla and time.time() - t_start < args.budget_s:
-            fla_s = fla_seconds(a)
+        an_s = None
+        if not args.no_anchor and time.time() - t_start < args.budget_s:
+            an_s = anchor_seconds(a)
         dk = None if dk_s is None else a.work / dk_s * scale
-        fl = None if fla_s is None else a.work / fla_s * scale
-        ratio = "-" if dk is None or fl is None else f"{dk / fl:.2f}"
+        an = None if an_s is None else a.work / an_s * scale
+        ratio = "-" if dk is None or an is None else f"{dk / an:.2f}"
         dk_t = "" if dk_s is None else f" ({dk_s * 1e6:.0f} us)"
-        fl_t = "" if fla_s is None else f" ({fla_s * 1e6:.0f} us)"
-        lines.append(f"| {a.label} | {fmt(dk, a.unit)}{dk_t} | {fmt(fl, a.unit)}{fl_t} | {ratio} |")
+        an_t = "" if an_s is None else f" ({an_s * 1e6:.0f} us)"
+        lines = tables.setdefault(a.lib, [f"| shape | deltakit | {a.lib} | ratio |", "| --- | --- | --- | --- |"])
+        lines.append(f"| {a.label} | {fmt(dk, a.unit)}{dk_t} | {fmt(an, a.unit)}{an_t} | {ratio} |")
         print(lines[-1], flush=True)
-    print()
-    print("\n".join(lines))
+    for lines in tables.values():
+        print()
+        print("\n".join(lines))
     return 0
 
 

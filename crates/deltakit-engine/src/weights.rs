@@ -13,6 +13,7 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 
@@ -254,27 +255,39 @@ fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
+/// Elements per independently seeded block of a dummy tensor (blocks are filled in parallel).
+const DUMMY_BLOCK: usize = 1 << 16;
+
 impl WeightSource for DummyWeights {
     fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor> {
         let n: usize = shape.iter().product();
-        let mut rng = StdRng::seed_from_u64(self.seed ^ fnv1a(name));
-        let data = match init {
-            Init::Constant(c) => vec![c; n],
-            Init::Linear | Init::Embedding => {
-                let std = if init == Init::Embedding {
-                    1.0
-                } else {
-                    1.0 / (*shape.last().unwrap_or(&1) as f32).sqrt()
-                };
-                // Uniform(-a, a) has std a / sqrt(3).
-                let a = std * 3f32.sqrt();
-                (0..n).map(|_| rng.gen_range(-a..a)).collect()
-            }
-            Init::Uniform(lo, hi) => (0..n).map(|_| rng.gen_range(lo..hi)).collect(),
-            Init::LogUniform(lo, hi) => (0..n).map(|_| rng.gen_range(lo..hi).ln()).collect(),
+        let base = self.seed ^ fnv1a(name);
+        let std = match init {
+            Init::Embedding => 1.0,
+            _ => 1.0 / (*shape.last().unwrap_or(&1) as f32).sqrt(),
         };
-        // Round through bf16 like a real checkpoint, so CPU and GPU backends see the same values.
-        let data = data.into_iter().map(|x| bf16::from_f32(x).to_f32()).collect();
+        // Uniform(-a, a) has std a / sqrt(3).
+        let a = std * 3f32.sqrt();
+        let mut data = vec![0f32; n];
+        // Each block of DUMMY_BLOCK elements has its own seed (tensor name, block index), so the
+        // values do not depend on the thread count; rayon fills the blocks in parallel (a 27B
+        // model is ~27e9 draws).
+        data.par_chunks_mut(DUMMY_BLOCK).enumerate().for_each(|(blk, out)| {
+            let mut rng = StdRng::seed_from_u64(
+                base ^ (blk as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            );
+            for x in out.iter_mut() {
+                let v = match init {
+                    Init::Constant(c) => c,
+                    Init::Linear | Init::Embedding => rng.gen_range(-a..a),
+                    Init::Uniform(lo, hi) => rng.gen_range(lo..hi),
+                    Init::LogUniform(lo, hi) => rng.gen_range(lo..hi).ln(),
+                };
+                // Round through bf16 like a real checkpoint, so CPU and GPU backends see the
+                // same values.
+                *x = bf16::from_f32(v).to_f32();
+            }
+        });
         Ok(HostTensor { shape: shape.to_vec(), data })
     }
 
