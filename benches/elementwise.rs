@@ -1,5 +1,6 @@
 //! Criterion benches of the memory-bound decoder pieces at Qwen3.5-27B shapes: `mlp.silu_and_mul`,
-//! `sample.argmax` (vocab 248320) and `attn.prep` (24 q / 4 kv heads, hd 256, rotary 64, page 16).
+//! `sample.argmax`, `sample.topk_logprobs` (k = 20) and `sample.top_p` (vocab 248320), and
+//! `attn.prep` (24 q / 4 kv heads, hd 256, rotary 64, page 16).
 //! Throughput is the bytes each op must move (inputs read once, outputs written once).
 #![allow(missing_docs)] // criterion_group!/criterion_main! generate undocumented public items
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -33,6 +34,56 @@ fn time(s: &Arc<CudaStream>, iters: u64, mut f: impl FnMut()) -> Duration {
     t.elapsed()
 }
 
+/// `sample.topk_logprobs` (k = 20) and `sample.top_p` at the Qwen3.5 vocabulary. Throughput is
+/// the bf16 logits read once (the kernels re-read each row from L2 in later passes).
+fn sampling(c: &mut Criterion, s: &Arc<CudaStream>) {
+    let vocab = 248_320usize;
+    let mut g = c.benchmark_group("topk_logprobs");
+    let k = 20usize;
+    for rows in [1usize, 16, 64] {
+        let logits = noise(s, rows * vocab, 8, 20.0);
+        let mut ids = s.alloc_zeros::<i32>(rows * k).unwrap();
+        let mut lps = s.alloc_zeros::<f32>(rows * k).unwrap();
+        g.throughput(Throughput::Bytes((rows * vocab * 2) as u64));
+        g.bench_with_input(BenchmarkId::new("vocab248320_k20", rows), &rows, |b, _| {
+            b.iter_custom(|n| {
+                time(s, n, || {
+                    sample::topk_logprobs(s, &logits, vocab, k, &mut ids, &mut lps).unwrap();
+                })
+            });
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("top_p");
+    for rows in [1usize, 16, 64] {
+        let logits = noise(s, rows * vocab, 9, 20.0);
+        let temperature = s.clone_htod(&vec![0.8f32; rows]).unwrap();
+        let top_p = s.clone_htod(&vec![0.95f32; rows]).unwrap();
+        let seed = s.clone_htod(&(0..rows as u64).map(|r| r * 7 + 1).collect::<Vec<_>>()).unwrap();
+        let counter = s.clone_htod(&vec![3u64; rows]).unwrap();
+        let mut ids = s.alloc_zeros::<i32>(rows).unwrap();
+        g.throughput(Throughput::Bytes((rows * vocab * 2) as u64));
+        g.bench_with_input(BenchmarkId::new("vocab248320_t0.8_p0.95", rows), &rows, |b, _| {
+            b.iter_custom(|n| {
+                time(s, n, || {
+                    sample::top_p(
+                        s,
+                        &logits,
+                        vocab,
+                        &temperature,
+                        &top_p,
+                        &seed,
+                        &counter,
+                        &mut ids,
+                    )
+                    .unwrap();
+                })
+            });
+        });
+    }
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let Some(ctx) = deltakit::testing::gpu_or_skip("benches/elementwise") else { return };
     let s = ctx.new_stream().unwrap();
@@ -60,6 +111,7 @@ fn benches(c: &mut Criterion) {
         });
     }
     g.finish();
+    sampling(c, &s);
     let mut g = c.benchmark_group("attn_prep");
     let dims = AttnDims { n_q_heads: 24, n_kv_heads: 4, head_dim: 256 };
     let rope = Rope { rotary_dim: 64, theta: 1.0e7 };

@@ -4,6 +4,8 @@
 //! live slots are a random subset (the rest are canaries that must stay bit-identical); outputs
 //! poisoned with NaN. Errors are `||gpu - ref|| / ||ref||`: out (bf16) <= 1e-2, state (f32) <= 1e-3.
 //! `DELTAKIT_SANITIZE=1` (set for compute-sanitizer runs) drops the batch-64 cases.
+//! Head dims: the tuned K, V in {64, 128} and the small dims of the tiny test models (K = 32,
+//! V in {16, 32}, every combination with K in {32, 64, 128}, V in {16, 32, 64, 128}).
 mod common;
 
 use std::sync::Arc;
@@ -315,6 +317,58 @@ fn decode_small_shapes_kv_ratio_tokens_l2() {
     report("K!=V, H_v/H_k 1..3, T 1/2/4, l2 on/off, both tile configs", worst);
 }
 
+/// (K, V) with K = 32 or V in {16, 32}: the untuned small-dim path (tiny test models first).
+const SMALL_KV: [(usize, usize); 8] =
+    [(32, 32), (32, 16), (64, 16), (128, 32), (32, 64), (32, 128), (64, 32), (128, 16)];
+
+#[test]
+fn decode_small_head_dims() {
+    let Some(ctx) = gpu_or_skip("decode_small_head_dims") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 800;
+    for (k, v) in SMALL_KV {
+        for ratio in [1, 2, 3] {
+            for t in [1, 3] {
+                for l2 in [true, false] {
+                    case += 1;
+                    let d = GdrDims { h_k: 2, h_v: 2 * ratio, k, v };
+                    // Padding rows in some cases (-1 with host check, or an out-of-range device
+                    // slot), canary slots in all.
+                    let (pad, dev_pad): (&[usize], i32) = match ratio {
+                        2 => (&[0, 3], -1),
+                        3 => (&[2], 1_000_000),
+                        _ => (&[], -1),
+                    };
+                    let r = run_case(&stream, case, d, 5, t, l2, Gates::Normal, pad, dev_pad);
+                    fold(&mut worst, &r);
+                }
+            }
+        }
+    }
+    // The tiny models' layer shapes (tiny-causal 2/4 K=V=32, tiny-cond 2/6 K=32 V=16, and their
+    // TP2 shards), larger batches.
+    let batches: &[usize] = if sanitize() { &[7] } else { &[7, 64] };
+    for (h_k, h_v, k, v) in [(2, 4, 32, 32), (2, 6, 32, 16), (1, 2, 32, 32), (1, 3, 32, 16)] {
+        for &n in batches {
+            case += 1;
+            let d = GdrDims { h_k, h_v, k, v };
+            let r = run_case(&stream, case, d, n, 1, true, Gates::Normal, &[1], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    // Extreme gates on the small path.
+    for gates in [Gates::Zero, Gates::Huge, Gates::LargeALog] {
+        for (k, v) in [(32, 16), (32, 32)] {
+            case += 1;
+            let d = GdrDims { h_k: 2, h_v: 6, k, v };
+            let r = run_case(&stream, case, d, 4, 3, true, gates, &[], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("small head dims (K 32/64/128 x V 16/32, K=32 x V 64/128), H_v/H_k 1..3, T 1/3", worst);
+}
+
 #[test]
 fn decode_extreme_gates() {
     let Some(ctx) = gpu_or_skip("decode_extreme_gates") else { return };
@@ -369,10 +423,16 @@ fn decode_strided_inputs() {
     // the two halves of one [rows, 2*H_v] buffer.
     let Some(ctx) = gpu_or_skip("decode_strided_inputs") else { return };
     let stream = ctx.default_stream();
-    let d = GdrDims { h_k: 2, h_v: 6, k: 128, v: 64 };
+    strided_case(&stream, GdrDims { h_k: 2, h_v: 6, k: 128, v: 64 }, 600);
+    // tiny-cond's layer (K = 32, V = 16): the v view starts 2*H_k*K = 128 elements in.
+    strided_case(&stream, GdrDims { h_k: 2, h_v: 6, k: 32, v: 16 }, 601);
+    strided_case(&stream, GdrDims { h_k: 1, h_v: 2, k: 32, v: 32 }, 602);
+}
+
+fn strided_case(stream: &Arc<CudaStream>, d: GdrDims, case: u64) {
     let (n, t) = (4usize, 2usize);
     let rows = n * t;
-    let (mut rng, seed) = common::rng(600);
+    let (mut rng, seed) = common::rng(case);
     let inp = make_inputs(&mut rng, d, rows, Gates::Normal);
     let (slots, num_slots) = slot_layout(&mut rng, n, &[2]);
     let (qk, vw) = (d.h_k * d.k, d.h_v * d.v);
@@ -403,7 +463,7 @@ fn decode_strided_inputs() {
     let strides =
         DecodeStrides { q: Some(width), k: Some(width), v: Some(width), ab: Some(2 * d.h_v) };
     decode(
-        &stream,
+        stream,
         d,
         t,
         GdrOptions::default(),
@@ -425,8 +485,8 @@ fn decode_strided_inputs() {
     let state = stream.clone_dtoh(&dstate).unwrap();
     let oe = rel_err(&out, &to_f32(&ref_out));
     let se = rel_err(&state, &ref_state);
-    println!("MAXERR gdr.decode strided inputs: out {oe:.3e} state {se:.3e}");
-    assert!(oe <= OUT_TOL && se <= STATE_TOL, "seed={seed}: out {oe} state {se}");
+    println!("MAXERR gdr.decode strided inputs {d:?}: out {oe:.3e} state {se:.3e}");
+    assert!(oe <= OUT_TOL && se <= STATE_TOL, "{d:?} seed={seed}: out {oe} state {se}");
 }
 
 #[test]
@@ -503,8 +563,10 @@ fn decode_rejects_bad_arguments() {
     // H_v not a multiple of H_k; unsupported head dim.
     let e = call!(GdrDims { h_k: 3, ..d }, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
     assert_eq!(shape_arg(e.unwrap_err()), "dims");
-    let e = call!(GdrDims { k: 96, ..d }, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
-    assert!(matches!(e, Err(deltakit::Error::Unsupported { .. })), "{e:?}");
+    for bad in [GdrDims { k: 96, ..d }, GdrDims { k: 16, ..d }, GdrDims { v: 8, ..d }] {
+        let e = call!(bad, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
+        assert!(matches!(e, Err(deltakit::Error::Unsupported { .. })), "{bad:?}: {e:?}");
+    }
     // Misaligned q (view starting one element in) with an explicit stride.
     let st2 = DecodeStrides { q: Some(d.h_k * d.k), ..st };
     let e = call!(d, t, st2, &dev.q.slice(1..), &dev.a_log, None, &mut dstate, &mut dout);

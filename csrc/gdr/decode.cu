@@ -23,6 +23,9 @@
 // the CTA writes zero output and touches no state. State loads/stores use the evict-first (.cs)
 // cache policy. Configurations (see launch_kv): T = 1 with >= 512 tiles: BV = 64, NW = 2; else
 // BV = 16, NW = 1. Measured at 27B TP1 (16/48) batch 64/256: 3.78/3.92 TB/s of state traffic.
+// Small head dims (K = 32 and / or V in {16, 32}; the tiny test models) always take the BV = 16,
+// NW = 1 configuration (launch_small): K = 32 gives EK = 1 q/k element per lane for the norms and
+// R = K/8 = 4 state rows per thread; V = 16 is a single V tile per head.
 #include <cuda_bf16.h>
 
 #include "../common/launch.cuh"
@@ -55,10 +58,12 @@ __device__ __forceinline__ float sigmoid_f(float x) {
   return e / (1.f + e);
 }
 
-// Loads E consecutive bf16 (E in {2, 4}) as f32.
+// Loads E consecutive bf16 (E in {1, 2, 4}) as f32.
 template <int E>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&f)[E]) {
-  if constexpr (E == 4) {
+  if constexpr (E == 1) {
+    f[0] = __bfloat162float(*p);
+  } else if constexpr (E == 4) {
     const uint2 raw = *reinterpret_cast<const uint2*>(p);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
     const float2 x0 = __bfloat1622float2(h[0]);
@@ -119,7 +124,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
   constexpr int EK = K / 32;   // q/k elements per lane for the norms
   static_assert(BV % 4 == 0 && LV >= 1 && LV <= 32 && 32 % LV == 0, "BV");
   static_assert(V % BV == 0 && K % KT == 0 && R >= 1, "tile");
-  static_assert(EK == 2 || EK == 4, "K in {64, 128}");
+  static_assert(EK == 1 || EK == 2 || EK == 4, "K in {32, 64, 128}");
 
   __shared__ __align__(16) float qk_s[NW][2][2][K];               // [warp][parity][q|k][K]
   __shared__ __align__(16) float red_s[NW > 1 ? 2 : 1][NW][2][BV];  // [parity][warp][k|q][BV]
@@ -296,6 +301,13 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
   return launch_cfg<K, V, 16, 1>(a, l2, stream);
 }
 
+// Small head dims (K = 32 and / or V in {16, 32}): always the BV = 16, 1-warp configuration (the
+// only one whose V tile fits V = 16; performance is irrelevant at these sizes).
+template <int K, int V>
+dk_status launch_small(const Args& a, bool l2, cudaStream_t stream) {
+  return launch_cfg<K, V, 16, 1>(a, l2, stream);
+}
+
 }  // namespace gdr_decode_impl
 
 extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t stream) {
@@ -303,8 +315,8 @@ extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t strea
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->n < 0 || p->t < 1 || p->h_k < 1 || p->h_v < 1 || p->num_slots < 0) return DK_ERR_INVALID_ARGUMENT;
   if (p->h_v % p->h_k != 0) return DK_ERR_INVALID_ARGUMENT;
-  const bool k_ok = p->k_dim == 64 || p->k_dim == 128;
-  const bool v_ok = p->v_dim == 64 || p->v_dim == 128;
+  const bool k_ok = p->k_dim == 32 || p->k_dim == 64 || p->k_dim == 128;
+  const bool v_ok = p->v_dim == 16 || p->v_dim == 32 || p->v_dim == 64 || p->v_dim == 128;
   if (!k_ok || !v_ok) return DK_ERR_UNSUPPORTED;
   if (p->n == 0) return DK_OK;
   // Vector accesses: q, k, v, out (8-byte bf16x4 / 4-byte bf16x2), state (16-byte float4).
@@ -343,6 +355,19 @@ extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t strea
   a.ab_stride = p->ab_stride;
   a.scale = p->scale;
   const bool l2 = p->use_qk_l2norm != 0;
+  if (p->k_dim == 32 || p->v_dim < 64) {
+    switch (p->k_dim * 1000 + p->v_dim) {
+      case 32016: return launch_small<32, 16>(a, l2, stream);
+      case 32032: return launch_small<32, 32>(a, l2, stream);
+      case 32064: return launch_small<32, 64>(a, l2, stream);
+      case 32128: return launch_small<32, 128>(a, l2, stream);
+      case 64016: return launch_small<64, 16>(a, l2, stream);
+      case 64032: return launch_small<64, 32>(a, l2, stream);
+      case 128016: return launch_small<128, 16>(a, l2, stream);
+      case 128032: return launch_small<128, 32>(a, l2, stream);
+      default: return DK_ERR_UNSUPPORTED;
+    }
+  }
   if (p->k_dim == 128 && p->v_dim == 128) return launch_kv<128, 128>(a, l2, stream);
   if (p->k_dim == 128 && p->v_dim == 64) return launch_kv<128, 64>(a, l2, stream);
   if (p->k_dim == 64 && p->v_dim == 128) return launch_kv<64, 128>(a, l2, stream);

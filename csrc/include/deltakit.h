@@ -39,6 +39,7 @@ int dk_last_cuda_error(void);
 #include "norm.h"
 #include "mlp.h"
 #include "attn.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 }

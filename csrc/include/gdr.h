@@ -20,7 +20,7 @@
  *   a_log, dt_bias f32 [h_v]; slots i32 [N];
  *   state f32 [num_slots, h_v, k_dim, v_dim] (v contiguous), updated in place;
  *   out   bf16 [N*T, h_v, v_dim], contiguous.
- * Supported: k_dim, v_dim in {64, 128}; h_v % h_k == 0; q, k, v, state, out 16-byte aligned (a, b,
+ * Supported: k_dim in {32, 64, 128}, v_dim in {16, 32, 64, 128}; h_v % h_k == 0; q, k, v, state, out 16-byte aligned (a, b,
  * a_log, dt_bias, slots naturally aligned); q/k/v token strides multiples of 8 elements, ab_stride
  * any. */
 typedef struct DkGdrDecodeParams {
@@ -52,7 +52,7 @@ typedef struct DkGdrDecodeParams {
 } DkGdrDecodeParams;
 
 /** gdr.decode (CUDA C++). DK_ERR_INVALID_ARGUMENT for negative sizes, null or misaligned pointers,
- * bad strides or h_v % h_k != 0; DK_ERR_UNSUPPORTED for head dims outside {64, 128}. */
+ * bad strides or h_v % h_k != 0; DK_ERR_UNSUPPORTED for head dims outside those. */
 dk_status dk_gdr_decode(const DkGdrDecodeParams *p, dk_stream_t stream);
 
 #endif

@@ -41,6 +41,7 @@
 //! | `mlp.embedding` | [`mlp::embedding`] | `nn.Embedding` |
 //! | `sample.argmax` | [`sample::argmax`] | greedy `argmax` (ties -> lowest id) |
 //! | `sample.topk_logprobs` | [`sample::topk_logprobs`] | `log_softmax` + top-k (ties -> lower id) |
+//! | `sample.top_p` | [`sample::top_p_sample`] | seeded temperature / top-p sampling (integer-exact nucleus) |
 #![forbid(unsafe_code)]
 
 pub mod attn;

@@ -41,7 +41,10 @@ pub struct DecodeStrides {
 /// Shapes (bf16 unless noted): `q`, `k` `[N*T, H_k, K]`; `v` `[N*T, H_v, V]`; `a`, `b`
 /// `[N*T, H_v]` (token strides per `strides`); `a_log`, `dt_bias` f32 `[H_v]`; `slots` i32 `[N]`
 /// (device); `state` f32 `[num_slots, H_v, K, V]` (V contiguous), updated in place; `out`
-/// `[N*T, H_v, V]` contiguous. `K`, `V` in {64, 128}. `q`, `k`, `v`, `state`, `out` 16-byte aligned.
+/// `[N*T, H_v, V]` contiguous. `K` in {32, 64, 128}, `V` in {16, 32, 64, 128} (any combination;
+/// [`super::SUPPORTED_K`], [`super::SUPPORTED_V`]): the tuned tile configurations serve
+/// `K, V` in {64, 128}, the smaller dims (tiny test models) one simple 16-column tile.
+/// `q`, `k`, `v`, `state`, `out` 16-byte aligned.
 ///
 /// Slots: `-1` = padding row (zero output, no state read or written). The kernel treats any
 /// device slot outside `0..num_slots` the same way, so it never touches memory outside the pool
@@ -51,7 +54,8 @@ pub struct DecodeStrides {
 ///
 /// # Errors
 /// [`Error::Shape`] for any length, stride or alignment mismatch and for bad `slots_host`;
-/// [`Error::Unsupported`] for head dims outside {64, 128}; [`Error::DeviceMismatch`];
+/// [`Error::Unsupported`] for head dims outside `K` in {32, 64, 128}, `V` in {16, 32, 64, 128};
+/// [`Error::DeviceMismatch`];
 /// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on error.
 #[allow(clippy::too_many_arguments)]
 pub fn decode(
@@ -79,11 +83,8 @@ pub fn decode(
     if h_v % h_k != 0 {
         return Err(Error::shape(OP, "dims", format!("h_v a multiple of h_k = {h_k}"), h_v));
     }
-    if !matches!(kd, 64 | 128) || !matches!(vd, 64 | 128) {
-        return Err(Error::Unsupported {
-            op: OP,
-            what: format!("head dims K = {kd}, V = {vd} (supported: 64, 128)"),
-        });
+    if !super::decode_supports(kd, vd) {
+        return Err(super::unsupported_head_dims(OP, kd, vd));
     }
     if tokens_per_row == 0 {
         return Err(Error::shape(OP, "tokens_per_row", ">= 1", 0));

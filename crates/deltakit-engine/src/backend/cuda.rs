@@ -59,7 +59,8 @@
 //! the host anyway until a device log-sum-exp / top-k kernel exists (a separate issue).
 //!
 //! # Supported shapes
-//! `gdr.chunk_prefill` / `gdr.decode` are built for `K, V` in {64, 128}; attention for head dims
+//! `gdr.chunk_prefill` is built for `K, V` in {64, 128} (`gdr.decode` also for `K` = 32 and
+//! `V` in {16, 32}, not yet usable here without the prefill); attention for head dims
 //! 64, 128, 256 with GQA groups <= 16 in decode; conv width 2..=4. [`CudaBackend::check_model`]
 //! rejects anything else with [`EngineError::Unsupported`] before weights are loaded (and
 //! [`Backend::new_gdn_state`] / [`Backend::new_kv_cache`] check again), so an unsupported model
@@ -266,7 +267,7 @@ impl CudaBackend {
     ///
     /// # Errors
     /// [`EngineError::Unsupported`] naming the first unsupported dimension: GDR head dims
-    /// `K`, `V` outside {64, 128}, attention head dim outside {64, 128, 256}, a decode GQA group
+    /// `K`, `V` outside {64, 128} (`gdr.chunk_prefill`'s set), attention head dim outside {64, 128, 256}, a decode GQA group
     /// over 16, conv width outside 2..=4, an odd or oversized rotary dim.
     pub fn check_model(cfg: &ModelConfig) -> Result<()> {
         check_gdn(GdnDims {
@@ -351,11 +352,15 @@ fn alloc_ids(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<i32>> {
 }
 
 fn check_gdn(d: GdnDims) -> Result<()> {
-    if !matches!(d.k, 64 | 128) || !matches!(d.v, 64 | 128) {
+    if !deltakit::ops::gdr::head_dims_supported(d.k, d.v) {
         return Err(unsupported(format!(
-            "GDN head dims K = {}, V = {}: the gdr.chunk_prefill / gdr.decode kernels are built for \
-             K, V in {{64, 128}}",
-            d.k, d.v
+            "GDN head dims K = {}, V = {}: gdr.chunk_prefill is built for K, V in {:?}, gdr.decode \
+             for K in {:?}, V in {:?}",
+            d.k,
+            d.v,
+            deltakit::ops::gdr::CHUNK_PREFILL_DIMS,
+            deltakit::ops::gdr::SUPPORTED_K,
+            deltakit::ops::gdr::SUPPORTED_V
         )));
     }
     if d.h_k == 0 || d.h_v % d.h_k != 0 {
