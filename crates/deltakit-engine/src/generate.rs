@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 
 use crate::backend::{Backend, StepBatch, StepKind};
 use crate::error::{EngineError, Result};
@@ -478,11 +479,10 @@ impl GenStats {
 }
 
 /// Log-softmax in f64 of one logits row, returned as f64 log-probabilities.
-fn log_softmax(row: &[f32]) -> Vec<f64> {
-    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let m = f64::from(m);
-    let lse = m + row.iter().map(|&x| (f64::from(x) - m).exp()).sum::<f64>().ln();
-    row.iter().map(|&x| f64::from(x) - lse).collect()
+/// `log(sum_j exp(row_j))` in f64, max-subtracted: `log_softmax(row)_j = row_j - lse`.
+fn log_sum_exp(row: &[f32]) -> f64 {
+    let m = f64::from(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+    m + row.iter().map(|&x| (f64::from(x) - m).exp()).sum::<f64>().ln()
 }
 
 /// Top-`k` log-probabilities of a logits row (ties to the lower id).
@@ -505,7 +505,7 @@ pub fn sample_token(row: &[f32], p: &SamplingParams, rng: &mut StdRng) -> Result
     if row.is_empty() || row.iter().any(|x| x.is_nan()) {
         return Err(EngineError::Request("logits row is empty or has NaN".into()));
     }
-    let lp = log_softmax(row);
+    let lse = log_sum_exp(row);
     let tok = if p.temperature <= 0.0 {
         let mut best = 0;
         for (i, &x) in row.iter().enumerate() {
@@ -521,20 +521,11 @@ pub fn sample_token(row: &[f32], p: &SamplingParams, rng: &mut StdRng) -> Result
         let mut probs: Vec<(usize, f64)> =
             scaled.iter().enumerate().map(|(i, &x)| (i, (x - m).exp())).collect();
         let z: f64 = probs.iter().map(|p| p.1).sum();
-        probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let top_p = f64::from(p.top_p.clamp(0.0, 1.0));
-        let mut keep = probs.len();
         if top_p < 1.0 {
-            let mut cum = 0.0;
-            for (i, pr) in probs.iter().enumerate() {
-                cum += pr.1 / z;
-                if cum >= top_p {
-                    keep = i + 1;
-                    break;
-                }
-            }
+            let keep = nucleus(&mut probs, z, top_p);
+            probs.truncate(keep.max(1));
         }
-        probs.truncate(keep.max(1));
         let mass: f64 = probs.iter().map(|p| p.1).sum();
         let mut u = rng.gen::<f64>() * mass;
         let mut pick = probs[probs.len() - 1].0;
@@ -547,7 +538,50 @@ pub fn sample_token(row: &[f32], p: &SamplingParams, rng: &mut StdRng) -> Result
         }
         pick
     };
-    Ok((tok as u32, lp[tok] as f32))
+    Ok((tok as u32, (f64::from(row[tok]) - lse) as f32))
+}
+
+/// The sampled token of one logits row, with its log-probability and the optional top-K.
+struct Pick {
+    token: u32,
+    logprob: f32,
+    topk: Option<TopK>,
+}
+
+impl Pick {
+    /// Sample `row` per `params` ([`sample_token`]) and gather its top-K if requested.
+    fn new(row: &[f32], params: &SamplingParams, rng: &mut StdRng) -> Result<Self> {
+        let (token, logprob) = sample_token(row, params, rng)?;
+        let topk = params.logprobs.map(|k| topk_logprobs(row, k)).transpose()?;
+        Ok(Self { token, logprob, topk })
+    }
+}
+
+/// Order `probs` (`(id, weight)`, weights summing to `z`) so that its first `n` entries are the
+/// top-p nucleus sorted by weight descending, ties to the lower id, and return `n`: the smallest
+/// prefix with mass `>= top_p * z` (all entries if rounding never gets there). Only candidate
+/// prefixes are sorted (1024 entries, then 8x more), not the whole 248k-entry vocabulary.
+fn nucleus(probs: &mut [(usize, f64)], z: f64, top_p: f64) -> usize {
+    let cmp = |a: &(usize, f64), b: &(usize, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let len = probs.len();
+    let mut n = len.min(1024);
+    loop {
+        if n < len {
+            probs.select_nth_unstable_by(n - 1, cmp);
+        }
+        probs[..n].sort_by(cmp);
+        let mut cum = 0.0;
+        for (i, pr) in probs[..n].iter().enumerate() {
+            cum += pr.1 / z;
+            if cum >= top_p {
+                return i + 1;
+            }
+        }
+        if n == len {
+            return len;
+        }
+        n = len.min(n * 8);
+    }
 }
 
 /// Per-request scheduler state.
@@ -637,18 +671,17 @@ impl<B: Backend> Engine<B> {
         Ok((completions, stats))
     }
 
-    /// Emit the sampled token, record it, and decide whether the request is done.
+    /// Emit the sampled token ([`Pick`]), record it, and decide whether the request is done.
     fn accept(
         r: &mut Running,
         req: &Request,
         i: usize,
-        row: &[f32],
+        pick: Pick,
         seq_len: usize,
         max_ctx: usize,
         on_event: &mut dyn FnMut(Event),
-    ) -> Result<()> {
-        let (tok, lp) = sample_token(row, &req.params, &mut r.rng)?;
-        let topk = req.params.logprobs.map(|k| topk_logprobs(row, k)).transpose()?;
+    ) {
+        let Pick { token: tok, logprob: lp, topk } = pick;
         on_event(Event::Token { req: i, index: r.out.len(), token: tok, logprob: lp, topk });
         r.out.push(tok);
         r.done = if req.params.stop_tokens.contains(&tok) {
@@ -663,7 +696,6 @@ impl<B: Backend> Engine<B> {
         if let Some(reason) = r.done {
             on_event(Event::Finished { req: i, reason });
         }
-        Ok(())
     }
 
     #[allow(clippy::too_many_lines)]
@@ -749,15 +781,17 @@ impl<B: Backend> Engine<B> {
                         let last = rows.end - 1;
                         let seq_len = run[i].prefilled;
                         run[i].ttft = t0.elapsed();
+                        let pick =
+                            Pick::new(logits.row(last), &requests[i].params, &mut run[i].rng)?;
                         Self::accept(
                             &mut run[i],
                             &requests[i],
                             i,
-                            logits.row(last),
+                            pick,
                             seq_len,
                             max_ctx,
                             on_event,
-                        )?;
+                        );
                     }
                 }
                 stats.prefill_steps += 1;
@@ -785,18 +819,26 @@ impl<B: Backend> Engine<B> {
                 items.push(StepItem { seq, tokens: &toks[k], want: Want::Last });
             }
             let logits = self.step(&items)?;
-            for (k, &i) in active.iter().enumerate() {
+            // Sample every row in parallel (each request owns its RNG, so the draws do not
+            // depend on the thread count), then emit the events in row order.
+            let picks: Vec<Result<Pick>> = {
+                let rngs: Vec<&mut StdRng> = run
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(i, _)| active.binary_search(i).is_ok())
+                    .map(|(_, r)| &mut r.rng)
+                    .collect();
+                rngs.into_par_iter()
+                    .zip(active.par_iter())
+                    .enumerate()
+                    .map(|(k, (rng, &i))| {
+                        Pick::new(logits.row(logits.rows[k].start), &requests[i].params, rng)
+                    })
+                    .collect()
+            };
+            for ((k, &i), pick) in active.iter().enumerate().zip(picks) {
                 let seq_len = self.seq_len(items[k].seq).unwrap_or(0);
-                let row = logits.rows[k].start;
-                Self::accept(
-                    &mut run[i],
-                    &requests[i],
-                    i,
-                    logits.row(row),
-                    seq_len,
-                    max_ctx,
-                    on_event,
-                )?;
+                Self::accept(&mut run[i], &requests[i], i, pick?, seq_len, max_ctx, on_event);
             }
             stats.decode_tokens += active.len();
             stats.decode_steps += 1;
@@ -857,6 +899,37 @@ pub mod cpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `nucleus` (partial selection) == the prefix of a full sort, over vocab sizes around its
+    /// 1024 / 8192 candidate steps, peaked and flat distributions, and ties.
+    #[test]
+    fn nucleus_equals_full_sort_prefix() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for &len in &[1usize, 7, 1023, 1024, 1025, 9000, 70_000] {
+            for &(spread, top_p) in &[(0.5f64, 0.9f64), (8.0, 0.5), (30.0, 0.99), (0.0, 0.7)] {
+                let w: Vec<(usize, f64)> = (0..len)
+                    .map(|i| (i, (rng.gen_range(-1.0..1.0) * spread).exp()))
+                    .map(|(i, x)| (i, if i % 5 == 0 { 1.0 } else { x })) // forced ties
+                    .collect();
+                let z: f64 = w.iter().map(|p| p.1).sum();
+                let mut full = w.clone();
+                full.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut cum = 0.0;
+                let mut keep = len;
+                for (i, pr) in full.iter().enumerate() {
+                    cum += pr.1 / z;
+                    if cum >= top_p {
+                        keep = i + 1;
+                        break;
+                    }
+                }
+                let mut part = w.clone();
+                let n = nucleus(&mut part, z, top_p);
+                assert_eq!(n, keep, "len {len} spread {spread} top_p {top_p}");
+                assert_eq!(part[..n], full[..keep], "len {len} spread {spread} top_p {top_p}");
+            }
+        }
+    }
 
     #[test]
     fn greedy_and_seeded_sampling() {
