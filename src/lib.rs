@@ -2,8 +2,9 @@
 //! attention), built ahead of time from CUDA C++ (`csrc/`) and Triton (`triton_aot/`) into one
 //! linked library, with checked FFI and safe wrappers.
 //!
-//! Layers (one-way dependencies): C ABI (`csrc/include/deltakit.h`) -> [`ffi`] (bindgen) ->
-//! [`ops`] (safe wrappers that validate and return [`Error`]) -> the engine crate.
+//! Layers (one-way dependencies): C ABI (`csrc/include/deltakit.h`) -> `ffi` (bindgen) ->
+//! `ops` (safe wrappers that validate and return [`Error`]; both modules exist with feature
+//! `cuda`) -> the engine crate.
 //!
 //! Without feature `cuda` only the error type is built, so the workspace builds anywhere. The CPU
 //! twin of every kernel lives in the `deltakit-ref` crate.

@@ -79,11 +79,11 @@ struct ModelArgs {
     /// Seed of the dummy weights.
     #[arg(long, default_value_t = 0)]
     weight_seed: u64,
-    /// KV-cache page size in tokens.
-    #[arg(long, default_value_t = 16)]
+    /// KV-cache page size in tokens (1..=4096).
+    #[arg(long, default_value_t = 16, value_parser = page_size_arg)]
     page_size: usize,
-    /// Most prompt tokens of one sequence per prefill step (longer prompts are chunked).
-    #[arg(long, default_value_t = 2048)]
+    /// Most prompt tokens of one sequence per prefill step (>= 1; longer prompts are chunked).
+    #[arg(long, default_value_t = 2048, value_parser = positive_arg)]
     prefill_chunk: usize,
 }
 
@@ -133,13 +133,13 @@ struct BenchArgs {
     #[arg(long)]
     config: PathBuf,
     /// Sequences decoded together.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive_arg)]
     batch: usize,
     /// Prompt tokens per sequence (random ids).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = positive_arg)]
     prompt_len: usize,
     /// Generated tokens per sequence.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = positive_arg)]
     gen_len: usize,
     #[command(flatten)]
     common: ModelArgs,
@@ -197,7 +197,25 @@ fn main() -> Result<()> {
     }
 }
 
-/// Check the device string for the CPU loader (`cuda:N` is routed to [`cuda_device`] first when
+/// clap parser of `--page-size`: an integer in `1..=4096` (tokens per KV-cache page).
+fn page_size_arg(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(v) if (1..=4096).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("expected 1..=4096 tokens per page, got {v}")),
+        Err(e) => Err(format!("expected an integer in 1..=4096, got {s:?} ({e})")),
+    }
+}
+
+/// clap parser of a count that must be at least 1.
+fn positive_arg(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("expected an integer >= 1, got 0".into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(format!("expected an integer >= 1, got {s:?} ({e})")),
+    }
+}
+
+/// Check the device string for the CPU loader (`cuda:N` is routed to the CUDA loader first when
 /// the CUDA backend is built).
 fn check_device(device: &str) -> Result<()> {
     match device {
@@ -247,8 +265,11 @@ fn load_cuda_engine(
 }
 
 /// Refuse CPU loads whose weights (`elem` bytes each) cannot fit in memory, with a clear message.
+/// Counted: the weights plus the loader's f32 staging copy of the largest tensor (the
+/// `vocab x hidden` embedding / LM head; 4 GB at Qwen3.5-9B).
 fn check_cpu_memory(cfg: &ModelConfig, elem: usize) -> Result<()> {
-    let bytes = cfg.num_parameters() as u64 * elem as u64;
+    let staging = (cfg.vocab_size as u64) * (cfg.hidden_size as u64) * 4;
+    let bytes = cfg.num_parameters() as u64 * elem as u64 + staging;
     let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
             .find(|l| l.starts_with("MemAvailable:"))
@@ -258,8 +279,9 @@ fn check_cpu_memory(cfg: &ModelConfig, elem: usize) -> Result<()> {
     if let Some(kib) = avail_kib {
         if bytes > kib * 1024 {
             bail!(
-                "the CPU backend keeps {elem}-byte weights: {:.1} GB for {:.2} B parameters, but \
-                 only {:.1} GB of memory is available",
+                "the CPU backend keeps {elem}-byte weights: {:.1} GB for {:.2} B parameters \
+                 (with the loader's f32 staging of the largest tensor), but only {:.1} GB of \
+                 memory is available",
                 bytes as f64 / 1e9,
                 cfg.num_parameters() as f64 / 1e9,
                 (kib * 1024) as f64 / 1e9
@@ -318,7 +340,7 @@ fn generate(a: &GenerateArgs) -> Result<()> {
         prompts.push((p.clone(), t.encode(p)?));
     }
     for s in &a.token_ids {
-        let ids = parse_token_ids(s)?;
+        let ids = parse_token_ids(s).map_err(|e| anyhow::anyhow!("--token-ids: {e}"))?;
         let text = tok.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
         prompts.push((text, ids));
     }
@@ -373,7 +395,7 @@ fn run_generate<B: Backend>(
     let cfg = engine.model().config().clone();
     let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
     if let Some(s) = &a.stop_token_ids {
-        let ids = parse_token_ids(s)?;
+        let ids = parse_token_ids(s).map_err(|e| anyhow::anyhow!("--stop-token-ids: {e}"))?;
         if let Some(bad) = ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
             bail!(
                 "--stop-token-ids: token id {bad} is outside the vocabulary (size {})",
@@ -481,9 +503,6 @@ fn run_generate<B: Backend>(
 fn bench(a: &BenchArgs) -> Result<()> {
     if a.common.load_format != LoadFormat::Dummy {
         bail!("bench runs with --load-format dummy (weights from the config alone)");
-    }
-    if a.batch == 0 || a.prompt_len == 0 || a.gen_len == 0 {
-        bail!("--batch, --prompt-len and --gen-len must be > 0");
     }
     let t_load = Instant::now();
     let cache =

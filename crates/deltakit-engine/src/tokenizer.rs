@@ -129,9 +129,8 @@ pub fn parse_token_ids(s: &str) -> Result<Vec<u32>> {
                     "empty token id in {s:?} (two commas in a row, or a leading/trailing comma)"
                 )));
             }
-            x.parse::<u32>().map_err(|e| {
-                EngineError::Request(format!("bad token id {x:?} in --token-ids: {e}"))
-            })
+            x.parse::<u32>()
+                .map_err(|e| EngineError::Request(format!("bad token id {x:?} in {s:?}: {e}")))
         })
         .collect()
 }

@@ -401,6 +401,11 @@ fn cli_generate_rejects_bad_arguments() {
         (&["--top-p", "NaN"][..], "top_p"),
         (&["--max-tokens", "0"][..], "--max-tokens must be > 0"),
         (&["--stop-token-ids", "99999"][..], "outside the vocabulary"),
+        (&["--stop-token-ids=-5"][..], "--stop-token-ids"),
+        (&["--page-size", "0"][..], "--page-size"),
+        (&["--page-size", "100000000"][..], "1..=4096"),
+        (&["--page-size", "18446744073709551615"][..], "--page-size"),
+        (&["--prefill-chunk", "0"][..], "--prefill-chunk"),
     ] {
         let mut all = vec!["generate", "--model", m, "--token-ids", "1,2"];
         all.extend_from_slice(args);
@@ -409,4 +414,11 @@ fn cli_generate_rejects_bad_arguments() {
     }
     let (ok, text) = deltakit(&["generate", "--model", m, "--token-ids", "1,,2"]).unwrap();
     assert!(!ok && text.contains("empty token id"), "{text}");
+    let (ok, text) = deltakit(&["generate", "--model", m, "--token-ids", "1,x"]).unwrap();
+    assert!(!ok && text.contains("--token-ids") && text.contains("\"x\""), "{text}");
+    for flag in ["--batch", "--prompt-len", "--gen-len"] {
+        let args = ["bench", "--config", m, "--load-format", "dummy", flag, "0"];
+        let (ok, text) = deltakit(&args).unwrap();
+        assert!(!ok && text.contains(flag) && text.contains(">= 1"), "{flag}: {text}");
+    }
 }
