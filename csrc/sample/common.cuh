@@ -142,8 +142,11 @@ __device__ __forceinline__ void hist_add(T* hist, uint32_t bin, T v) {
   atomicAdd(hist + bin * Copies + (threadIdx.x % Copies), v);
 }
 
+// Every thread must call: it first synchronizes the block, so all hist_add atomics have landed
+// before the copies are read (a caller cannot forget the barrier).
 template <class T, int Copies>
 __device__ __forceinline__ void sum_copies(const T* hist, T* bins) {
+  __syncthreads();
   const int t = threadIdx.x;
   if (t < kBins) {
     T s = 0;

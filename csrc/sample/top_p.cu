@@ -201,7 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   });
-  __syncthreads();  // every thread's low-byte atomics land before the copies are summed
   sum_copies<unsigned long long, kCopies>(hist, bins);
   select_bin<unsigned long long>(bins, need - above1, sel_ws, &sel_bin2, &sel_above2);
   const int lb = sel_bin2;

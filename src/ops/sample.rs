@@ -29,19 +29,8 @@ pub fn argmax(
     ids: &mut impl DevicePtrMut<i32>,
 ) -> Result<()> {
     const OP: &str = "sample.argmax";
-    if vocab == 0 || vocab > i32::MAX as usize || logits.len() % vocab != 0 {
-        return Err(Error::shape(
-            OP,
-            "logits",
-            format!("a multiple of vocab = {vocab} (1..=i32::MAX)"),
-            logits.len(),
-        ));
-    }
-    let rows = logits.len() / vocab;
+    let rows = logits_rows(OP, logits.len(), vocab)?;
     validate::len(OP, "ids", ids.len(), rows)?;
-    if rows > i32::MAX as usize {
-        return Err(Error::shape(OP, "ids", "at most i32::MAX rows", rows));
-    }
     same_context(OP, "logits", stream, logits)?;
     same_context(OP, "ids", stream, ids)?;
     if rows == 0 {
