@@ -4,7 +4,9 @@
 //! Every case: fresh random inputs, output and workspace poisoned (NaN / 0xFF) before the run,
 //! `rel_err` of the bf16 output <= 1e-2 and of the final f32 state <= 1e-3, canary slots around
 //! the live ones bit-identical, padding sequences (slot -1) exact zeros. Each case prints its
-//! errors (`grep '^case'` for the maxima).
+//! errors (`grep '^case'` for the maxima). Head dims: the tuned K, V in {64, 128} and the small
+//! dims of the tiny test models (K = 32, V in {16, 32}; every combination with K in {32, 64, 128},
+//! V in {16, 32, 64, 128}).
 mod common;
 
 use std::sync::{Arc, OnceLock};
@@ -400,6 +402,68 @@ fn head_dims_and_group_ratios() {
     run_cases(&ctx, 4000, &cases);
 }
 
+/// (K, V) with K = 32 or V in {16, 32}: the untuned small-dim specializations (tiny test models
+/// first).
+const SMALL_KV: [(usize, usize); 8] =
+    [(32, 32), (32, 16), (64, 16), (128, 32), (32, 64), (32, 128), (64, 32), (128, 16)];
+
+#[test]
+fn small_head_dims_and_group_ratios() {
+    let Some(ctx) = gpu("small_head_dims_and_group_ratios") else { return };
+    let mut cases = Vec::new();
+    for (k, v) in SMALL_KV {
+        for grp in [1usize, 2, 3] {
+            let mut c =
+                Case::new(&format!("K={k} V={v} Hv/Hk={grp}"), (2, 2 * grp, k, v), &[150, 40]);
+            c.fused = grp != 2;
+            cases.push(c);
+        }
+    }
+    run_cases(&ctx, 10_000, &cases);
+}
+
+#[test]
+fn small_head_dims_varlen_padding_gates() {
+    let Some(ctx) = gpu("small_head_dims_varlen_padding_gates") else { return };
+    let lens = [1usize, 64, 0, 65, 63, 130, 7, 200];
+    let mut cases = Vec::new();
+    // tiny-cond (2/6, K=32, V=16) and tiny-causal (2/4, K=V=32) layer shapes.
+    for (hk, hv, k, v) in [(2, 6, 32, 16), (2, 4, 32, 32), (1, 3, 64, 16), (2, 2, 128, 32)] {
+        let mut c =
+            Case::new(&format!("varlen pad+flags {hk}/{hv} K={k} V={v}"), (hk, hv, k, v), &lens);
+        c.slots = vec![3, 0, 5, -1, 8, -1, 1, 10];
+        c.num_slots = 12;
+        c.init = Init::PerSeq(vec![true, false, true, true, false, true, true, true]);
+        cases.push(c);
+        let mut z = Case::new(
+            &format!("no initial state {hk}/{hv} K={k} V={v}"),
+            (hk, hv, k, v),
+            &[100, 64, 1],
+        );
+        z.init = Init::Zeros;
+        cases.push(z);
+        let mut one =
+            Case::new(&format!("T=1..65 {hk}/{hv} K={k} V={v}"), (hk, hv, k, v), &[1, 63, 64, 65]);
+        one.fused = false;
+        cases.push(one);
+    }
+    for (k, v) in [(32, 16), (32, 32)] {
+        let mut zero = Case::new(&format!("g == 0 K={k} V={v}"), (2, 4, k, v), &[130, 64]);
+        zero.fused = false;
+        zero.gmode = GMode::Zero;
+        let mut ext = Case::new(&format!("g extreme (-100) K={k} V={v}"), (2, 4, k, v), &[130, 64]);
+        ext.fused = false;
+        ext.gmode = GMode::Extreme;
+        let mut tiny = Case::new(&format!("tiny q/k (1e-4) K={k} V={v}"), (2, 4, k, v), &[100]);
+        tiny.qk_scale = 1e-4;
+        let mut nol2 = Case::new(&format!("no l2norm, scale 0.3 K={k} V={v}"), (1, 2, k, v), &[90]);
+        nol2.opts = GdrOptions { use_qk_l2norm: false, scale: Some(0.3) };
+        nol2.qk_scale = 0.1;
+        cases.extend([zero, ext, tiny, nol2]);
+    }
+    run_cases(&ctx, 11_000, &cases);
+}
+
 #[test]
 fn gates_and_l2norm_edge_cases() {
     let Some(ctx) = gpu("gates_and_l2norm_edge_cases") else { return };
@@ -477,9 +541,17 @@ fn split_prefill_equals_whole() {
 fn strided_qkv_views_of_a_packed_buffer() {
     let Some(ctx) = gpu("strided_qkv_views_of_a_packed_buffer") else { return };
     let gpu = Gpu::new(&ctx);
-    let mut c = Case::new("strided q/k/v", (2, 4, 128, 128), &[150]);
+    strided_case(&gpu, (2, 4, 128, 128), 8000);
+    // tiny-cond's layer (K = 32, V = 16; v starts 2*H_k*K = 128 elements into each row) and
+    // tiny-tied's (1/2, K = V = 32).
+    strided_case(&gpu, (2, 6, 32, 16), 8001);
+    strided_case(&gpu, (1, 2, 32, 32), 8002);
+}
+
+fn strided_case(gpu: &Gpu, dims: (usize, usize, usize, usize), case: u64) {
+    let mut c = Case::new(&format!("strided q/k/v {dims:?}"), dims, &[150]);
     c.fused = false;
-    let (mut rng, seed) = common::rng(8000);
+    let (mut rng, seed) = common::rng(case);
     let x = make_data(&c, &mut rng);
     let d = c.dims;
     let t = c.t();
@@ -557,20 +629,22 @@ fn rejects_bad_arguments() {
     )
     .unwrap_err();
     assert!(matches!(e, deltakit::Error::Shape { arg: "q", .. }), "{e}");
-    let bad = GdrDims { h_k: 2, h_v: 4, k: 96, v: 128 };
-    let e = chunk_prefill(
-        &gpu.stream,
-        bad,
-        opts,
-        s,
-        &inputs_of(&q, &q, &v, &g, &cu, &slots),
-        h,
-        &mut st,
-        &mut out,
-        &mut ws,
-    )
-    .unwrap_err();
-    assert!(matches!(e, deltakit::Error::Unsupported { .. }), "{e}");
+    for (kd, vd) in [(96, 128), (16, 128), (128, 8), (256, 128)] {
+        let bad = GdrDims { h_k: 2, h_v: 4, k: kd, v: vd };
+        let e = chunk_prefill(
+            &gpu.stream,
+            bad,
+            opts,
+            s,
+            &inputs_of(&q, &q, &v, &g, &cu, &slots),
+            h,
+            &mut st,
+            &mut out,
+            &mut ws,
+        )
+        .unwrap_err();
+        assert!(matches!(e, deltakit::Error::Unsupported { .. }), "K={kd} V={vd}: {e}");
+    }
     let bad = GdrDims { h_k: 3, h_v: 4, k: 128, v: 128 };
     let e = chunk_prefill(
         &gpu.stream,

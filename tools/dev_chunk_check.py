@@ -103,35 +103,41 @@ def _map(bufs, n, t, nt):
                                                                         BLOCK=CP.MAP_BLOCK)
 
 
+def _tile(dim):
+    """Tile width of a head dim in the K and W/U passes: the dim itself, 64 for the small dims (as in
+    triton_aot/manifest.toml: BK = max(K, 64), the W/U pass's BV = max(V, 64))."""
+    return max(dim, 64)
+
+
 def _prep(d, bufs, t, nt, use_l2, fused, prec):
     hk, hv, kd, vd = d
+    bk = _tile(kd)
     CP.gdr_chunk_kkt_kernel[(nt, hv)](bufs["k"], bufs["g"], bufs["beta"], bufs["a"], bufs["b"], bufs["alog"],
                                       bufs["dtb"], bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], bufs["gcum"],
                                       bufs["betaw"], bufs["A"], t, bufs["num_slots"], hk, hv, hk * kd, hv, use_l2,
-                                      fused, K=kd, num_warps=4)
+                                      fused, K=kd, BK=bk, num_warps=4)
     CP.gdr_chunk_solve_kernel[(nt, hv)](bufs["A"], bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], t,
                                         bufs["num_slots"], hv, PREC=1, num_warps=1)
     CP.gdr_chunk_wu_kernel[(nt, hv)](bufs["k"], bufs["v"], bufs["betaw"], bufs["gcum"], bufs["A"], bufs["w"], bufs["u"],
                                      bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], t, bufs["num_slots"], hk, hv,
-                                     hk * kd, hv * vd, use_l2, K=kd, V=vd, PREC=prec[0], num_warps=8)
+                                     hk * kd, hv * vd, use_l2, K=kd, V=vd, BK=bk, BV=_tile(vd), PREC=prec[0],
+                                     num_warps=8)
 
 
 def _state(d, bufs, n, t, use_l2, init_mode, prec, bv):
     hk, hv, kd, vd = d
-    bv = min(bv, vd)
-    CP.gdr_chunk_state_kernel[(n, hv, vd // bv)](bufs["k"], bufs["w"], bufs["u"], bufs["gcum"], bufs["h"],
+    CP.gdr_chunk_state_kernel[(n, hv, (vd + bv - 1) // bv)](bufs["k"], bufs["w"], bufs["u"], bufs["gcum"], bufs["h"],
                                                 bufs["state"], bufs["cu"], bufs["slots"], bufs["init"], bufs["coff"],
                                                 t, bufs["num_slots"], hk, hv, hk * kd, use_l2, init_mode,
-                                                K=kd, V=vd, BV=bv, PREC=prec[1], num_warps=4)
+                                                K=kd, V=vd, BK=_tile(kd), BV=bv, PREC=prec[1], num_warps=4)
 
 
 def _out(d, bufs, t, nt, use_l2, scale, prec, bvo):
     hk, hv, kd, vd = d
-    bvo = min(bvo, vd)
-    CP.gdr_chunk_out_kernel[(nt, hv, vd // bvo)](bufs["q"], bufs["k"], bufs["u"], bufs["gcum"], bufs["h"], bufs["o"],
+    CP.gdr_chunk_out_kernel[(nt, hv, (vd + bvo - 1) // bvo)](bufs["q"], bufs["k"], bufs["u"], bufs["gcum"], bufs["h"], bufs["o"],
                                                 bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], t,
                                                 bufs["num_slots"], hk, hv, hk * kd, hk * kd, use_l2, scale,
-                                                K=kd, V=vd, BV=bvo, PREC=prec[2], num_warps=4)
+                                                K=kd, V=vd, BK=_tile(kd), BV=bvo, PREC=prec[2], num_warps=4)
 
 
 def reference(q, k, v, g, beta, cu, slots, init, state, use_l2, scale, d):
@@ -312,6 +318,13 @@ def main():
         ok &= run_case(be, "fused gating", (2, 6, 128, 128), [200, 5], [1, 0], 2, fused=1, prec=prec, seed=9)
         ok &= run_case(be, "no l2 scale 0.3", (1, 1, 64, 64), [90], [0], 1, use_l2=0, qk_scale=0.1, scale=0.3,
                        prec=prec, seed=10)
+        # Small head dims (the tiny HF test models: K = 32, V in {16, 32}): padded tiles.
+        ok &= run_case(be, "small K=V=32 varlen", (2, 4, 32, 32), [1, 64, 0, 65, 63], [3, 0, -1, 1, 2], 4,
+                       init_mode=2, init=np.array([1, 0, 1, 1, 0], np.int32), prec=prec, seed=12)
+        ok &= run_case(be, "small K=32 V=16 fused", (2, 6, 32, 16), [130, 7], [1, 0], 2, fused=1, prec=prec, seed=13)
+        ok &= run_case(be, "small K=64 V=16", (1, 3, 64, 16), [100], [0], 1, prec=prec, seed=14)
+        ok &= run_case(be, "small K=128 V=32", (2, 2, 128, 32), [70], [0], 1, prec=prec, seed=15)
+        ok &= run_case(be, "small K=32 V=128", (1, 2, 32, 128), [66], [0], 1, gmode="extreme", prec=prec, seed=16)
         if not args.cpu:
             ok &= run_case(be, "qwen 16/48 T=1000", (16, 48, 128, 128), [1000], [0], 1, fused=1, prec=prec, seed=11)
     print("ALL OK" if ok else "SOME FAILED", flush=True)

@@ -121,18 +121,45 @@ def _mm_bf(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _load_raw(ptr, rows, m, head, stride, D: tl.constexpr, use_l2):
+def _load_raw(ptr, rows, m, head, stride, D: tl.constexpr, BD: tl.constexpr, use_l2):
     """Rows `rows` of head `head` of a bf16 [T, H, D] tensor (token stride `stride`) as they are (bf16
-    [len(rows), D], masked rows 0) plus the per-row L2-norm factor rsqrt(sum x^2 + 1e-6) (1 when use_l2 == 0):
-    the normalised rows are x * rn[:, None], applied to the f32 side of each product so that the bf16
-    values enter the tensor cores exactly."""
-    cols = tl.arange(0, D)
+    [len(rows), BD], masked rows and the padding columns D..BD are 0) plus the per-row L2-norm factor
+    rsqrt(sum x^2 + 1e-6) (1 when use_l2 == 0): the normalised rows are x * rn[:, None], applied to the f32
+    side of each product so that the bf16 values enter the tensor cores exactly."""
+    cols = tl.arange(0, BD)
     off = (rows * stride + head * D)[:, None] + cols[None, :]
-    x = tl.load(ptr + off, mask=m[:, None], other=0.0)
+    x = _ld(ptr, off, m, cols, D, BD)
     xf = x.to(tl.float32)
     rn = tl.rsqrt(tl.sum(xf * xf, axis=1) + 1e-6)
     rn = tl.where(use_l2 != 0, rn, 1.0)
     return x, rn
+
+
+@triton.jit
+def _ld(ptr, off, m, cols, D: tl.constexpr, BD: tl.constexpr):
+    """Load a [rows, BD] tile at ptr + off (f32 / bf16), 0 where the row mask m is off. Columns `cols` of a
+    padded tile (D % BD != 0: the small head dims, whose tile is wider than D) are masked to cols < D; the
+    unpadded (tuned) specializations compile to the plain row-masked load."""
+    if D % BD == 0:
+        x = tl.load(ptr + off, mask=m[:, None], other=0.0)
+    else:
+        x = tl.load(ptr + off, mask=m[:, None] & (cols[None, :] < D), other=0.0)
+    return x
+
+
+@triton.jit
+def _st(ptr, off, x, m, cols, D: tl.constexpr, BD: tl.constexpr):
+    """Store the [rows, BD] tile x at ptr + off where the row mask m is on (and cols < D when padded)."""
+    if D % BD == 0:
+        tl.store(ptr + off, x, mask=m[:, None])
+    else:
+        tl.store(ptr + off, x, mask=m[:, None] & (cols[None, :] < D))
+
+
+@triton.jit
+def _kv_tile_mask(rk, cv, K: tl.constexpr, BK: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+    """In-range mask of a padded [BK, BV] tile of a [K, V] state (only called when one side is padded)."""
+    return (rk < K)[:, None] & (cv < V)[None, :]
 
 
 @triton.jit
@@ -238,9 +265,10 @@ def _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots):
 @triton.jit
 def gdr_chunk_kkt_kernel(k_ptr, g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr,
                          gcum_ptr, betaw_ptr, A_ptr, T, num_slots, HK, HV, sk, sab, use_l2, fused,
-                         K: tl.constexpr):
+                         K: tl.constexpr, BK: tl.constexpr):
     """Per (chunk, value head): gating, gcum, beta, and A = beta_t (k_t . k_s) e^{gc_t - gc_s} for s < t
-    (0 elsewhere), stored f32 [T, HV, 64] (row t, column s of the chunk)."""
+    (0 elsewhere), stored f32 [T, HV, 64] (row t, column s of the chunk). BK: key tile width (K, or 64 for
+    K = 32: the padding columns load as 0)."""
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     seq, live, t0, eos = _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots)
@@ -253,7 +281,7 @@ def gdr_chunk_kkt_kernel(k_ptr, g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr
         gc = tl.cumsum(g, axis=0)  # masked rows carry g = 0
         tl.store(gcum_ptr + rows * HV + hv, gc, mask=m)
         tl.store(betaw_ptr + rows * HV + hv, beta, mask=m)
-        kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, use_l2)
+        kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
         att = _dot_bb(kk, tl.trans(kk)) * (beta * rn)[:, None] * rn[None, :]
         low = r[:, None] > r[None, :]
         att = tl.where(low, att * tl.exp(tl.where(low, gc[:, None] - gc[None, :], 0.0)), 0.0)
@@ -316,8 +344,9 @@ def gdr_chunk_solve_kernel(A_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr, T, num_
 @triton.jit
 def gdr_chunk_wu_kernel(k_ptr, v_ptr, betaw_ptr, gcum_ptr, A_ptr, w_ptr, u_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr,
                         T, num_slots, HK, HV, sk, sv, use_l2,
-                        K: tl.constexpr, V: tl.constexpr, PREC: tl.constexpr):
-    """Per (chunk, value head): W = Tm (beta e^gc k) f32 [T, HV, K] and U = Tm (beta v) f32 [T, HV, V]."""
+                        K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+    """Per (chunk, value head): W = Tm (beta e^gc k) f32 [T, HV, K] and U = Tm (beta v) f32 [T, HV, V].
+    BK, BV: tile widths (K, V, or 64 for the small dims: padding columns are 0 and never stored)."""
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     seq, live, t0, eos = _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots)
@@ -330,19 +359,25 @@ def gdr_chunk_wu_kernel(k_ptr, v_ptr, betaw_ptr, gcum_ptr, A_ptr, w_ptr, u_ptr, 
                      mask=m[:, None] & (r[None, :] <= r[:, None]), other=0.0)
         beta = tl.load(betaw_ptr + rows * HV + hv, mask=m, other=0.0)
         gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
-        kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, use_l2)
+        kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
         # Per-column factors of Tm fold the row scalings of k / v, which then enter exactly as bf16.
         ww = _mm_fb(tm * (beta * tl.exp(gc) * rn)[None, :], kk, PREC)
-        tl.store(w_ptr + (rows * HV + hv)[:, None] * K + tl.arange(0, K)[None, :], ww, mask=m[:, None])
-        vv, _ = _load_raw(v_ptr, rows, m, hv, sv, V, 0)
+        ck = tl.arange(0, BK)
+        _st(w_ptr, (rows * HV + hv)[:, None] * K + ck[None, :], ww, m, ck, K, BK)
+        vv, _ = _load_raw(v_ptr, rows, m, hv, sv, V, BV, 0)
         uu = _mm_fb(tm * beta[None, :], vv, PREC)
-        tl.store(u_ptr + (rows * HV + hv)[:, None] * V + tl.arange(0, V)[None, :], uu, mask=m[:, None])
+        cv = tl.arange(0, BV)
+        _st(u_ptr, (rows * HV + hv)[:, None] * V + cv[None, :], uu, m, cv, V, BV)
 
 
 @triton.jit
 def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_ptr, slots_ptr, init_ptr, coff_ptr,
                            T, num_slots, HK, HV, sk, use_l2, init_mode,
-                           K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+                           K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           PREC: tl.constexpr):
+    """Per (sequence, value head, BV value columns). BK: key tile width (K, or 64 for K = 32); a tile wider
+    than the state (BK > K or BV > V) keeps its padding rows / columns at 0 and never stores them."""
+    PAD: tl.constexpr = (K % BK != 0) or (V % BV != 0)
     seq = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     vb = tl.program_id(2)
@@ -352,7 +387,7 @@ def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_p
         bos, eos = _seq_bounds(cu_ptr, seq, T)
         c0 = tl.load(coff_ptr + seq).to(tl.int64)
         nc = tl.load(coff_ptr + seq + 1).to(tl.int64) - c0
-        rk = tl.arange(0, K)
+        rk = tl.arange(0, BK)
         cv = vb * BV + tl.arange(0, BV)
         kv = rk[:, None] * V + cv[None, :]
         s_off = (slot * HV + hv) * (K * V) + kv
@@ -360,32 +395,46 @@ def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_p
         if init_mode == 2:
             read = tl.load(init_ptr + seq) != 0
         if read:
-            S = tl.load(state_ptr + s_off)
+            if PAD:
+                S = tl.load(state_ptr + s_off, mask=_kv_tile_mask(rk, cv, K, BK, V, BV), other=0.0)
+            else:
+                S = tl.load(state_ptr + s_off)
         else:
-            S = tl.zeros([K, BV], tl.float32)
+            S = tl.zeros([BK, BV], tl.float32)
         r64 = tl.arange(0, 64).to(tl.int64)
         for j in range(0, nc):
             t0 = bos + j * 64
             rows = t0 + r64
             m = rows < eos
-            tl.store(h_ptr + ((c0 + j) * HV + hv) * (K * V) + kv, S.to(h_ptr.dtype.element_ty))
-            wv = tl.load(w_ptr + (rows * HV + hv)[:, None] * K + rk[None, :], mask=m[:, None], other=0.0)
+            if PAD:
+                tl.store(h_ptr + ((c0 + j) * HV + hv) * (K * V) + kv, S.to(h_ptr.dtype.element_ty),
+                         mask=_kv_tile_mask(rk, cv, K, BK, V, BV))
+            else:
+                tl.store(h_ptr + ((c0 + j) * HV + hv) * (K * V) + kv, S.to(h_ptr.dtype.element_ty))
+            wv = _ld(w_ptr, (rows * HV + hv)[:, None] * K + rk[None, :], m, rk, K, BK)
             u_off = (rows * HV + hv)[:, None] * V + cv[None, :]
-            uu = tl.load(u_ptr + u_off, mask=m[:, None], other=0.0)
+            uu = _ld(u_ptr, u_off, m, cv, V, BV)
             dd = uu - _mm_ff(wv, S, PREC)
-            tl.store(u_ptr + u_off, dd, mask=m[:, None])
+            _st(u_ptr, u_off, dd, m, cv, V, BV)
             gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
             g_last = tl.load(gcum_ptr + (tl.minimum(t0 + 63, eos - 1)) * HV + hv)
-            kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, use_l2)
+            kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
             dec = tl.where(m, tl.exp(tl.where(m, g_last - gc, 0.0)), 0.0) * rn
             S = S * tl.exp(g_last) + _mm_bf(tl.trans(kk), dd * dec[:, None], PREC)
-        tl.store(state_ptr + s_off, S)
+        if PAD:
+            tl.store(state_ptr + s_off, S, mask=_kv_tile_mask(rk, cv, K, BK, V, BV))
+        else:
+            tl.store(state_ptr + s_off, S)
 
 
 @triton.jit
 def gdr_chunk_out_kernel(q_ptr, k_ptr, u_ptr, gcum_ptr, h_ptr, o_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr,
                          T, num_slots, HK, HV, sq, sk, use_l2, scale,
-                         K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+                         K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                         PREC: tl.constexpr):
+    """Per (chunk, value head, BV value columns). BK: key tile width (K, or 64 for K = 32); padding
+    rows / columns of a tile wider than the state are 0 and never stored."""
+    PAD: tl.constexpr = (K % BK != 0) or (V % BV != 0)
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     vb = tl.program_id(2)
@@ -398,18 +447,22 @@ def gdr_chunk_out_kernel(q_ptr, k_ptr, u_ptr, gcum_ptr, h_ptr, o_ptr, cu_ptr, sl
         o_off = (rows * HV + hv)[:, None] * V + cv[None, :]
         if live:
             hk = hv // (HV // HK)
-            rk = tl.arange(0, K)
-            qq, rq = _load_raw(q_ptr, rows, m, hk, sq, K, use_l2)
-            kk, rk_n = _load_raw(k_ptr, rows, m, hk, sk, K, use_l2)
+            rk = tl.arange(0, BK)
+            qq, rq = _load_raw(q_ptr, rows, m, hk, sq, K, BK, use_l2)
+            kk, rk_n = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
             rq = rq * scale
             gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
-            hh = tl.load(h_ptr + (p * HV + hv) * (K * V) + rk[:, None] * V + cv[None, :])
+            h_off = (p * HV + hv) * (K * V) + rk[:, None] * V + cv[None, :]
+            if PAD:
+                hh = tl.load(h_ptr + h_off, mask=_kv_tile_mask(rk, cv, K, BK, V, BV), other=0.0)
+            else:
+                hh = tl.load(h_ptr + h_off)
             o = _dot_bb(qq, hh.to(tl.bfloat16)) * (rq * tl.exp(gc))[:, None]
             causal = (r64[:, None] >= r64[None, :]) & m[:, None]
             att = _dot_bb(qq, tl.trans(kk)) * rq[:, None] * rk_n[None, :]
             att = tl.where(causal, att * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0)), 0.0)
-            dd = tl.load(u_ptr + o_off, mask=m[:, None], other=0.0)
+            dd = _ld(u_ptr, o_off, m, cv, V, BV)
             o += _mm_ff(att, dd, PREC)
-            tl.store(o_ptr + o_off, o.to(tl.bfloat16), mask=m[:, None])
+            _st(o_ptr, o_off, o.to(tl.bfloat16), m, cv, V, BV)
         else:
-            tl.store(o_ptr + o_off, tl.zeros([64, BV], tl.bfloat16), mask=m[:, None])
+            _st(o_ptr, o_off, tl.zeros([64, BV], tl.bfloat16), m, cv, V, BV)

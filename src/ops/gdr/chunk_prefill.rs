@@ -7,9 +7,10 @@
 //! the chunk -> sequence map (both computed on the device from `cu_seqlens`, so nothing depends on
 //! host copies of device data), three per-chunk WY passes (gating + `A = beta K K^T` decay; the
 //! unit-lower-triangular inverse `Tm = (I + A)^-1`; `W`, `U`), the sequential state pass (one
-//! program per sequence, value head and 32 value columns) and the output pass. All scratch lives
-//! in the caller's workspace ([`workspace_bytes`]): the call allocates nothing and is CUDA-graph
-//! safe.
+//! program per sequence, value head and 32 value columns) and the output pass. Head dims below
+//! the tuned 64 (`K = 32`, `V` in {16, 32}) run the tuned tile shapes with the padding rows /
+//! columns masked (loaded as 0, never stored). All scratch lives in the caller's workspace ([`workspace_bytes`]): the call
+//! allocates nothing and is CUDA-graph safe.
 
 use cudarc::driver::{CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use half::bf16;
@@ -24,9 +25,11 @@ const OP: &str = "gdr.chunk_prefill";
 
 /// Chunk size (tokens) of the chunkwise algorithm; chunks restart at every sequence start.
 pub const CHUNK: usize = 64;
-/// Value columns per program of the state pass (manifest `BV` of `gdr_chunk_state_*`).
+/// Value columns per program of the state pass (manifest `BV` of every `gdr_chunk_state_*`;
+/// grid z is `ceil(V / STATE_BV)`, one padded program for `V = 16`).
 const STATE_BV: usize = 32;
-/// Value columns per program of the output pass (manifest `BV` of `gdr_chunk_out_*`).
+/// Value columns per program of the output pass (manifest `BV` of every `gdr_chunk_out_*`;
+/// grid z is `ceil(V / OUT_BV)`, one padded program for `V` in {16, 32}).
 const OUT_BV: usize = 64;
 /// Chunk ids per program of `gdr_chunk_map` (manifest `BLOCK`).
 const MAP_BLOCK: usize = 128;
@@ -250,11 +253,15 @@ struct Kernels {
     out: OutFn,
 }
 
-/// The compiled (K, V) specializations (triton_aot/manifest.toml).
+/// The compiled (K, V) specializations (triton_aot/manifest.toml): `K` in {32, 64, 128} x `V`
+/// in {16, 32, 64, 128} ([`super::SUPPORTED_K`] x [`super::SUPPORTED_V`]). The state / output
+/// entries are compiled with [`STATE_BV`] / [`OUT_BV`] value columns per program; dims below 64
+/// use padded, masked tiles (`BK = max(K, 64)`).
 fn kernels(k: usize, v: usize) -> Option<Kernels> {
     let kkt: KktFn = match k {
         128 => ffi::dk_triton_gdr_chunk_kkt_k128,
         64 => ffi::dk_triton_gdr_chunk_kkt_k64,
+        32 => ffi::dk_triton_gdr_chunk_kkt_k32,
         _ => return None,
     };
     let (wu, state, out): (WuFn, StateFn, OutFn) = match (k, v) {
@@ -277,6 +284,47 @@ fn kernels(k: usize, v: usize) -> Option<Kernels> {
             ffi::dk_triton_gdr_chunk_wu_k128v64,
             ffi::dk_triton_gdr_chunk_state_k128v64,
             ffi::dk_triton_gdr_chunk_out_k128v64,
+        ),
+        // Small head dims (tiny test models): untuned entries.
+        (32, 16) => (
+            ffi::dk_triton_gdr_chunk_wu_k32v16,
+            ffi::dk_triton_gdr_chunk_state_k32v16,
+            ffi::dk_triton_gdr_chunk_out_k32v16,
+        ),
+        (32, 32) => (
+            ffi::dk_triton_gdr_chunk_wu_k32v32,
+            ffi::dk_triton_gdr_chunk_state_k32v32,
+            ffi::dk_triton_gdr_chunk_out_k32v32,
+        ),
+        (32, 64) => (
+            ffi::dk_triton_gdr_chunk_wu_k32v64,
+            ffi::dk_triton_gdr_chunk_state_k32v64,
+            ffi::dk_triton_gdr_chunk_out_k32v64,
+        ),
+        (32, 128) => (
+            ffi::dk_triton_gdr_chunk_wu_k32v128,
+            ffi::dk_triton_gdr_chunk_state_k32v128,
+            ffi::dk_triton_gdr_chunk_out_k32v128,
+        ),
+        (64, 16) => (
+            ffi::dk_triton_gdr_chunk_wu_k64v16,
+            ffi::dk_triton_gdr_chunk_state_k64v16,
+            ffi::dk_triton_gdr_chunk_out_k64v16,
+        ),
+        (64, 32) => (
+            ffi::dk_triton_gdr_chunk_wu_k64v32,
+            ffi::dk_triton_gdr_chunk_state_k64v32,
+            ffi::dk_triton_gdr_chunk_out_k64v32,
+        ),
+        (128, 16) => (
+            ffi::dk_triton_gdr_chunk_wu_k128v16,
+            ffi::dk_triton_gdr_chunk_state_k128v16,
+            ffi::dk_triton_gdr_chunk_out_k128v16,
+        ),
+        (128, 32) => (
+            ffi::dk_triton_gdr_chunk_wu_k128v32,
+            ffi::dk_triton_gdr_chunk_state_k128v32,
+            ffi::dk_triton_gdr_chunk_out_k128v32,
         ),
         _ => return None,
     };
@@ -317,7 +365,9 @@ pub struct HostCopies<'a> {
 /// sequence reads its initial state from its slot (per [`InitialState`]) and writes its final
 /// state there; `out` bf16 `[T, H_v, V]` contiguous; `workspace` at least
 /// [`workspace_bytes`]`(dims, T, N)` bytes, 256-byte aligned (its contents on entry don't matter).
-/// `(K, V)` in {64, 128}², `H_v % H_k == 0`. `q`, `k`, `v`, `state`, `out` 16-byte aligned.
+/// `K` in {32, 64, 128}, `V` in {16, 32, 64, 128} (any combination; `K, V` in {64, 128} are the
+/// tuned specializations, the smaller dims serve the tiny test models), `H_v % H_k == 0`. `q`,
+/// `k`, `v`, `state`, `out` 16-byte aligned.
 ///
 /// Slots: `-1` = padding sequence (its output rows are zeros, the pool is untouched). The
 /// kernels treat any slot outside `0..num_slots` the same way and clamp `cu_seqlens` to `[0, T]`,
@@ -327,7 +377,8 @@ pub struct HostCopies<'a> {
 ///
 /// # Errors
 /// [`Error::Shape`] for any length, stride, alignment or workspace-size mismatch and for bad
-/// host copies; [`Error::Unsupported`] for head dims outside {64, 128}; [`Error::DeviceMismatch`];
+/// host copies; [`Error::Unsupported`] for head dims outside `K` in {32, 64, 128}, `V` in
+/// {16, 32, 64, 128}; [`Error::DeviceMismatch`];
 /// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on a validation error.
 #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
 pub fn chunk_prefill(
@@ -352,10 +403,7 @@ pub fn chunk_prefill(
         return Err(Error::shape(OP, "dims", "h_v <= 65535 (grid y)", h_v));
     }
     let Some(kern) = kernels(kd, vd) else {
-        return Err(Error::Unsupported {
-            op: OP,
-            what: format!("head dims K = {kd}, V = {vd} (supported: 64, 128)"),
-        });
+        return Err(super::unsupported_head_dims(OP, kd, vd));
     };
     let row_v = h_v * vd;
     if out.len() % row_v != 0 {
@@ -539,7 +587,7 @@ pub fn chunk_prefill(
                 s,
                 grid_n,
                 h_v as u32,
-                (vd / STATE_BV) as u32,
+                vd.div_ceil(STATE_BV) as u32,
                 kp,
                 w,
                 u,
@@ -565,7 +613,7 @@ pub fn chunk_prefill(
                 s,
                 grid_nt,
                 h_v as u32,
-                (vd / OUT_BV) as u32,
+                vd.div_ceil(OUT_BV) as u32,
                 qp,
                 kp,
                 u,

@@ -8,14 +8,13 @@ pub use decode::{decode, DecodeStrides};
 
 use crate::error::Error;
 
-/// Key head dims `K` [`decode`] is built for. 64 and 128 are the tuned sizes (Qwen3.5 /
-/// Qwen3-Next use 128); 32 serves the tiny test models.
+/// Key head dims `K` that [`decode`] and [`chunk_prefill::chunk_prefill`] are built for. 64 and
+/// 128 are the tuned sizes (Qwen3.5 / Qwen3-Next use 128); 32 serves the tiny test models.
 pub const SUPPORTED_K: [usize; 3] = [32, 64, 128];
-/// Value head dims `V` [`decode`] is built for (any combination with [`SUPPORTED_K`]). 64 and
-/// 128 are the tuned sizes; 16 and 32 serve the tiny test models.
+/// Value head dims `V` that [`decode`] and [`chunk_prefill::chunk_prefill`] are built for (any
+/// combination with [`SUPPORTED_K`]). 64 and 128 are the tuned sizes; 16 and 32 serve the tiny
+/// test models.
 pub const SUPPORTED_V: [usize; 4] = [16, 32, 64, 128];
-/// Head dims `K` and `V` (each) [`chunk_prefill::chunk_prefill`] is built for.
-pub const CHUNK_PREFILL_DIMS: [usize; 2] = [64, 128];
 
 /// Whether [`decode`] is built for head dims `(k, v)`: `k` in [`SUPPORTED_K`], `v` in
 /// [`SUPPORTED_V`].
@@ -24,11 +23,12 @@ pub fn decode_supports(k: usize, v: usize) -> bool {
     SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)
 }
 
-/// Whether [`chunk_prefill::chunk_prefill`] is built for head dims `(k, v)`: both in
-/// [`CHUNK_PREFILL_DIMS`].
+/// Whether [`chunk_prefill::chunk_prefill`] is built for head dims `(k, v)`: `k` in
+/// [`SUPPORTED_K`], `v` in [`SUPPORTED_V`] (the same set as [`decode_supports`]; `K = 32` and
+/// `V < 64` run the tuned kernels' tile shapes with padded, masked tiles).
 #[must_use]
 pub fn chunk_prefill_supports(k: usize, v: usize) -> bool {
-    CHUNK_PREFILL_DIMS.contains(&k) && CHUNK_PREFILL_DIMS.contains(&v)
+    SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)
 }
 
 /// Whether a GDR layer with head dims `(k, v)` runs on the GPU end to end (prefill and decode):
@@ -38,7 +38,8 @@ pub fn head_dims_supported(k: usize, v: usize) -> bool {
     chunk_prefill_supports(k, v) && decode_supports(k, v)
 }
 
-/// The [`Error::Unsupported`] of [`decode`] for head dims outside its built set.
+/// The [`Error::Unsupported`] of [`decode`] / [`chunk_prefill::chunk_prefill`] for head dims
+/// outside their built set.
 fn unsupported_head_dims(op: &'static str, k: usize, v: usize) -> Error {
     Error::Unsupported {
         op,

@@ -354,11 +354,10 @@ fn alloc_ids(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<i32>> {
 fn check_gdn(d: GdnDims) -> Result<()> {
     if !deltakit::ops::gdr::head_dims_supported(d.k, d.v) {
         return Err(unsupported(format!(
-            "GDN head dims K = {}, V = {}: gdr.chunk_prefill is built for K, V in {:?}, gdr.decode \
-             for K in {:?}, V in {:?}",
+            "GDN head dims K = {}, V = {}: gdr.chunk_prefill and gdr.decode are built for K in \
+             {:?}, V in {:?}",
             d.k,
             d.v,
-            deltakit::ops::gdr::CHUNK_PREFILL_DIMS,
             deltakit::ops::gdr::SUPPORTED_K,
             deltakit::ops::gdr::SUPPORTED_V
         )));
