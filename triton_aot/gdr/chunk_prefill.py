@@ -33,6 +33,10 @@ cu_seqlens are clamped to [0, T], slots outside [0, num_slots) behave like -1 = 
   6. gdr_chunk_state_kernel    grid (N, HV, V / BV):    sequential over a sequence's chunks: stores h,
         D = U - W S, S = e^{g_last} S + K^T (e^{g_last - gcum} D); reads / writes the state slot
   7. gdr_chunk_out_kernel      grid (NT, HV, V / BVO):  o = e^gcum (Q S0) + (Q K^T * decay, causal) D
+Tiles: BK (key tile, = K for the tuned K in {64, 128}, 64 for K = 32) and BV (value tile) may be wider than
+the head dim; padding rows / columns are loaded as 0 (so every product and L2 norm is unchanged) and never
+stored, and these constexpr branches compile away when the tile equals the dim. The small dims thus run the
+tuned kernels' tile shapes (a first build with BV = 16 / K = 32 tiles read past its shared memory on an H200).
 Only non-positive exponents are exponentiated (differences of cumulative log-decays, masked).
 Products: raw bf16 q / k / v enter the tensor cores exactly (the L2-norm factors and beta / decays are
 applied on the f32 side); f32 operands (Tm, W, S, D) are split into bf16 hi + lo (PREC 4), ~2^-16 relative.
