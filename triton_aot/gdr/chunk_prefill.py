@@ -30,12 +30,13 @@ cu_seqlens are clamped to [0, T], slots outside [0, num_slots) behave like -1 = 
   4. gdr_chunk_solve_kernel    grid (NT, HV):           A <- Tm = (I + A)^-1 in place: 16x16 diagonal blocks by
         forward substitution, then the block merge (FLA's solve_tril idea, written here from the algebra)
   5. gdr_chunk_wu_kernel       grid (NT, HV):           W = Tm (beta e^gcum k), U = Tm (beta v)
-  6. gdr_chunk_state_kernel    grid (N, HV, V / BV):    sequential over a sequence's chunks: stores h,
+  6. gdr_chunk_state_kernel    grid (N, HV, cdiv(V, BV)): sequential over a sequence's chunks: stores h,
         D = U - W S, S = e^{g_last} S + K^T (e^{g_last - gcum} D); reads / writes the state slot
-  7. gdr_chunk_out_kernel      grid (NT, HV, V / BVO):  o = e^gcum (Q S0) + (Q K^T * decay, causal) D
+  7. gdr_chunk_out_kernel      grid (NT, HV, cdiv(V, BVO)): o = e^gcum (Q S0) + (Q K^T * decay, causal) D
 Tiles: BK (key tile, = K for the tuned K in {64, 128}, 64 for K = 32) and BV (value tile) may be wider than
 the head dim; padding rows / columns are loaded as 0 (so every product and L2 norm is unchanged) and never
-stored, and these constexpr branches compile away when the tile equals the dim. The small dims thus run the
+stored; the masking is a constexpr branch taken only when D % tile != 0 (every tuned entry compiles without
+it). BK >= K always; BV >= V or V % BV == 0 (static_assert in each kernel). The small dims thus run the
 tuned kernels' tile shapes (a first build with BV = 16 / K = 32 tiles read past its shared memory on an H200).
 Only non-positive exponents are exponentiated (differences of cumulative log-decays, masked).
 Products: raw bf16 q / k / v enter the tensor cores exactly (the L2-norm factors and beta / decays are
@@ -275,6 +276,7 @@ def gdr_chunk_kkt_kernel(k_ptr, g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr
     K = 32: the padding columns load as 0)."""
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
+    tl.static_assert(BK >= K)
     seq, live, t0, eos = _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots)
     if (seq >= 0) & live:
         hk = hv // (HV // HK)
@@ -351,6 +353,7 @@ def gdr_chunk_wu_kernel(k_ptr, v_ptr, betaw_ptr, gcum_ptr, A_ptr, w_ptr, u_ptr, 
                         K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
     """Per (chunk, value head): W = Tm (beta e^gc k) f32 [T, HV, K] and U = Tm (beta v) f32 [T, HV, V].
     BK, BV: tile widths (K, V, or 64 for the small dims: padding columns are 0 and never stored)."""
+    tl.static_assert((BK >= K) & (BV >= V))
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     seq, live, t0, eos = _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots)
@@ -382,6 +385,7 @@ def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_p
     """Per (sequence, value head, BV value columns). BK: key tile width (K, or 64 for K = 32); a tile wider
     than the state (BK > K or BV > V) keeps its padding rows / columns at 0 and never stores them."""
     PAD: tl.constexpr = (K % BK != 0) or (V % BV != 0)
+    tl.static_assert((BK >= K) & ((BV >= V) | (V % BV == 0)))
     seq = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     vb = tl.program_id(2)
@@ -439,6 +443,7 @@ def gdr_chunk_out_kernel(q_ptr, k_ptr, u_ptr, gcum_ptr, h_ptr, o_ptr, cu_ptr, sl
     """Per (chunk, value head, BV value columns). BK: key tile width (K, or 64 for K = 32); padding
     rows / columns of a tile wider than the state are 0 and never stored."""
     PAD: tl.constexpr = (K % BK != 0) or (V % BV != 0)
+    tl.static_assert((BK >= K) & ((BV >= V) | (V % BV == 0)))
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
     vb = tl.program_id(2)

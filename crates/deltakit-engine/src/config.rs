@@ -191,6 +191,30 @@ impl ModelConfig {
     /// [`EngineError::Config`] naming the field for malformed JSON, missing or mistyped required
     /// fields, unknown fields, and unsupported features (MoE, attention bias, ...).
     pub fn parse(text: &str) -> Result<Self> {
+        let cfg = Self::parse_fields(text)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Value checks after parsing: `rms_norm_eps` finite and > 0, every `eos_token_id` inside
+    /// the vocabulary.
+    fn validate(&self) -> Result<()> {
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            return Err(EngineError::Config(format!(
+                "`rms_norm_eps` = {} (expected a finite value > 0)",
+                self.rms_norm_eps
+            )));
+        }
+        if let Some(id) = self.eos_token_ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(EngineError::Config(format!(
+                "`eos_token_id` {id} is outside the vocabulary (vocab_size {})",
+                self.vocab_size
+            )));
+        }
+        Ok(())
+    }
+
+    fn parse_fields(text: &str) -> Result<Self> {
         let root: Value = serde_json::from_str(text)
             .map_err(|e| EngineError::Config(format!("invalid JSON: {e}")))?;
         let root = root
@@ -539,6 +563,15 @@ fn parse_text(obj: &Map<String, Value>, ctx: &str, arch: Architecture) -> Result
         }
     };
 
+    if let Some(v) = f.get("use_sliding_window") {
+        if as_bool(v, &f.name("use_sliding_window"))? {
+            return Err(EngineError::Config(format!(
+                "unsupported `{}` = true (the engine attends over the whole context; Qwen3.5 \
+                 checkpoints set it false)",
+                f.name("use_sliding_window")
+            )));
+        }
+    }
     let rope = parse_rope(&f, head_dim)?;
     let rms_norm_eps = match f.get("rms_norm_eps") {
         Some(v) => as_f64(v, &f.name("rms_norm_eps"))? as f32,
@@ -736,6 +769,27 @@ mod tests {
             "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
             "full_attention_interval": 4, "rope_theta": 10000.0, "partial_rotary_factor": 0.5
         })
+    }
+
+    /// Fresh-user review (stop 10): values that parse but cannot run are refused, naming the field.
+    #[test]
+    fn rejects_bad_values() {
+        for (key, val, want) in [
+            ("rms_norm_eps", serde_json::json!(-1.0), "rms_norm_eps"),
+            ("rms_norm_eps", serde_json::json!(0.0), "rms_norm_eps"),
+            ("eos_token_id", serde_json::json!([0, 999]), "eos_token_id"),
+            ("eos_token_id", serde_json::json!(100), "vocab_size 100"),
+            ("use_sliding_window", serde_json::json!(true), "use_sliding_window"),
+        ] {
+            let mut v = base();
+            v[key] = val;
+            let e = ModelConfig::parse(&v.to_string()).unwrap_err().to_string();
+            assert!(e.contains(want), "{key}: {e}");
+        }
+        let mut v = base();
+        v["use_sliding_window"] = serde_json::json!(false);
+        v["eos_token_id"] = serde_json::json!(99);
+        assert_eq!(ModelConfig::parse(&v.to_string()).unwrap().eos_token_ids, vec![99]);
     }
 
     #[test]

@@ -264,12 +264,15 @@ fn load_cuda_engine(
     Ok(Engine::new(be, model, cache(&cfg))?)
 }
 
-/// Refuse CPU loads whose weights (`elem` bytes each) cannot fit in memory, with a clear message.
-/// Counted: the weights plus the loader's f32 staging copy of the largest tensor (the
-/// `vocab x hidden` embedding / LM head; 4 GB at Qwen3.5-9B).
-fn check_cpu_memory(cfg: &ModelConfig, elem: usize) -> Result<()> {
+/// Refuse CPU loads whose weights (`elem` bytes each) and state pools cannot fit in memory, with
+/// a clear message. Counted: the weights, the loader's f32 staging copy of the largest tensor
+/// (the `vocab x hidden` embedding / LM head; 4 GB at Qwen3.5-9B) and the KV / GDN state pools of
+/// `cache` ([`CacheConfig::memory_bytes`]).
+fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig) -> Result<()> {
     let staging = (cfg.vocab_size as u64) * (cfg.hidden_size as u64) * 4;
-    let bytes = cfg.num_parameters() as u64 * elem as u64 + staging;
+    let weights = cfg.num_parameters() as u64 * elem as u64 + staging;
+    let pools = cache.memory_bytes(cfg, elem);
+    let bytes = weights.saturating_add(pools);
     let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
             .find(|l| l.starts_with("MemAvailable:"))
@@ -279,11 +282,16 @@ fn check_cpu_memory(cfg: &ModelConfig, elem: usize) -> Result<()> {
     if let Some(kib) = avail_kib {
         if bytes > kib * 1024 {
             bail!(
-                "the CPU backend keeps {elem}-byte weights: {:.1} GB for {:.2} B parameters \
-                 (with the loader's f32 staging of the largest tensor), but only {:.1} GB of \
-                 memory is available",
+                "the CPU backend needs {:.1} GB: {elem}-byte weights, {:.1} GB for {:.2} B \
+                 parameters (with the loader's f32 staging of the largest tensor), and {:.1} GB \
+                 of KV / GDN state for {} sequences of up to {} tokens (lower --batch or the \
+                 lengths), but only {:.1} GB of memory is available",
                 bytes as f64 / 1e9,
+                weights as f64 / 1e9,
                 cfg.num_parameters() as f64 / 1e9,
+                pools as f64 / 1e9,
+                cache.max_seqs,
+                cache.max_context,
                 (kib * 1024) as f64 / 1e9
             );
         }
@@ -299,7 +307,8 @@ fn load_engine<T: Elem>(
 ) -> Result<Engine<Cpu<T>>> {
     check_device(&common.device)?;
     let cfg = ModelConfig::from_path(dir_or_json)?;
-    check_cpu_memory(&cfg, std::mem::size_of::<T>())?;
+    let cache = cache(&cfg);
+    check_cpu_memory(&cfg, std::mem::size_of::<T>(), &cache)?;
     let mut src: Box<dyn WeightSource> = match common.load_format {
         LoadFormat::Auto => Box::new(
             SafetensorsWeights::open(dir_or_json)
@@ -309,7 +318,7 @@ fn load_engine<T: Elem>(
     };
     let progress = cfg.num_parameters() > 50_000_000;
     let model = Qwen35::load(&Cpu::<T>::new(), &cfg, src.as_mut(), progress)?;
-    Ok(Engine::new(Cpu::new(), model, cache(&cfg))?)
+    Ok(Engine::new(Cpu::new(), model, cache)?)
 }
 
 fn cache_for(cfg: &ModelConfig, seqs: usize, max_len: usize, page_size: usize) -> CacheConfig {
@@ -425,6 +434,18 @@ fn run_generate<B: Backend>(
             bail!("token id {bad} is outside the vocabulary (size {})", cfg.vocab_size);
         }
     }
+    // Checked here too (the engine does) so that nothing is printed for a failing run.
+    let max_ctx = engine.cache_config().max_context;
+    for (i, (_, ids)) in prompts.iter().enumerate() {
+        if ids.len() > max_ctx {
+            bail!(
+                "prompt {i}: {} tokens exceed the maximum context of {max_ctx} tokens (the \
+                 model's max_position_embeddings is {})",
+                ids.len(),
+                cfg.max_position_embeddings
+            );
+        }
+    }
     let stream = !a.json && prompts.len() == 1;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -505,8 +526,19 @@ fn bench(a: &BenchArgs) -> Result<()> {
         bail!("bench runs with --load-format dummy (weights from the config alone)");
     }
     let t_load = Instant::now();
-    let cache =
-        |cfg: &ModelConfig| cache_for(cfg, a.batch, a.prompt_len + a.gen_len, a.common.page_size);
+    // Lengths against the model before anything is allocated (a huge --prompt-len would
+    // otherwise fail only when the random prompts are built).
+    let cfg = ModelConfig::from_path(&a.config)?;
+    let total = a.prompt_len.checked_add(a.gen_len).filter(|&n| n <= cfg.max_position_embeddings);
+    let Some(total) = total else {
+        bail!(
+            "--prompt-len {} + --gen-len {} exceeds the model's max_position_embeddings {}",
+            a.prompt_len,
+            a.gen_len,
+            cfg.max_position_embeddings
+        );
+    };
+    let cache = |cfg: &ModelConfig| cache_for(cfg, a.batch, total, a.common.page_size);
     #[cfg(feature = "cuda")]
     if let Some(ord) = cuda_device(&a.common.device)? {
         return run_bench(a, load_cuda_engine(ord, &a.config, &a.common, cache)?, t_load);
@@ -582,8 +614,11 @@ impl Observer for EvalProgress {
 }
 
 fn eval_mc(a: &EvalMcArgs) -> Result<()> {
-    if a.max_tokens == 0 || a.batch == 0 {
-        bail!("--max-tokens and --batch must be > 0");
+    if a.max_tokens == 0 {
+        bail!("--max-tokens must be > 0 (got 0)");
+    }
+    if a.batch == 0 {
+        bail!("--batch must be > 0 (got 0)");
     }
     if a.limit == Some(0) {
         bail!("--limit must be > 0");
@@ -627,7 +662,9 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
     let t0 = Instant::now();
     let cache = |cfg: &ModelConfig| {
-        cache_for(cfg, a.batch, longest.saturating_add(a.max_tokens), a.common.page_size)
+        // Never more slots than items to run.
+        let slots = a.batch.min(prompts.len().max(1));
+        cache_for(cfg, slots, longest.saturating_add(a.max_tokens), a.common.page_size)
     };
     let job = EvalJob {
         a,

@@ -6,6 +6,7 @@
 //! owned by the backend ([`crate::backend::Backend::GdnState`] / `KvCache`); this module only
 //! hands out indices, so it is the same for every backend.
 
+use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 
 /// Capacity of the state pools.
@@ -28,10 +29,35 @@ impl CacheConfig {
     pub fn for_sequences(max_seqs: usize, max_context: usize, page_size: usize) -> Self {
         Self {
             max_seqs,
-            num_pages: max_seqs * max_context.div_ceil(page_size),
+            num_pages: max_seqs.saturating_mul(max_context.div_ceil(page_size)),
             page_size,
             max_context,
         }
+    }
+
+    /// Bytes the state pools of model `cfg` take (an estimate for memory checks before they are
+    /// allocated): the KV pages of every full-attention layer (K and V, `[num_pages, page_size,
+    /// H_kv, head_dim]`, `elem` bytes each) plus, per slot and GDN layer, the f32 recurrent state
+    /// `[H_v, K, V]` and the conv state `[conv_dim, conv_kernel]` (`elem` bytes). Saturates at
+    /// `u64::MAX` instead of overflowing.
+    #[must_use]
+    pub fn memory_bytes(&self, cfg: &ModelConfig, elem: usize) -> u64 {
+        let mul = |xs: &[usize]| xs.iter().fold(1u64, |acc, &x| acc.saturating_mul(x as u64));
+        let kv = mul(&[
+            cfg.num_attention_layers(),
+            self.num_pages,
+            self.page_size,
+            2 * cfg.num_key_value_heads * cfg.head_dim,
+            elem,
+        ]);
+        let per_slot = mul(&[
+            cfg.linear_num_value_heads,
+            cfg.linear_key_head_dim,
+            cfg.linear_value_head_dim,
+            4,
+        ])
+        .saturating_add(mul(&[cfg.conv_dim(), cfg.conv_kernel, elem]));
+        kv.saturating_add(mul(&[cfg.num_linear_layers(), self.max_seqs]).saturating_mul(per_slot))
     }
 
     /// Pages needed for `tokens` tokens.

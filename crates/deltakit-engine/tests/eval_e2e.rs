@@ -421,4 +421,29 @@ fn cli_generate_rejects_bad_arguments() {
         let (ok, text) = deltakit(&args).unwrap();
         assert!(!ok && text.contains(flag) && text.contains(">= 1"), "{flag}: {text}");
     }
+    // Fresh-user review (stop 10): huge sizes are refused with an error, never an abort.
+    let bench = |extra: &[&str]| {
+        let mut all = vec!["bench", "--config", m, "--load-format", "dummy"];
+        all.extend_from_slice(extra);
+        deltakit(&all).unwrap()
+    };
+    let (ok, text) = bench(&["--batch", "100000000", "--prompt-len", "4", "--gen-len", "2"]);
+    assert!(!ok && text.contains("KV / GDN state") && text.contains("--batch"), "{text}");
+    let max = u64::MAX.to_string();
+    for args in [
+        ["--prompt-len", max.as_str(), "--gen-len", "2"],
+        ["--prompt-len", "4", "--gen-len", max.as_str()],
+    ] {
+        let (ok, text) = bench(&args);
+        assert!(!ok && text.contains("max_position_embeddings"), "{args:?}: {text}");
+    }
+    // A prompt longer than the context fails before anything is printed.
+    let ids = vec!["5"; 5000].join(",");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deltakit"))
+        .args(["generate", "--model", m, "--token-ids", &ids, "--max-tokens", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "stdout: {:?}", out.stdout.len());
+    assert!(err.contains("exceed the maximum context"), "{err}");
 }

@@ -213,13 +213,14 @@ macro_rules! fixture_tests {
         mod $m {
             use super::*;
             /// The bf16 CPU backend (HF's rounding points emulated) vs HF f32 on every arm, at
-            /// the CUDA tolerance: the bf16 noise the tolerance is sized from (no GPU). Fails if
-            /// that noise grows past the tolerance, which would then stop meaning anything.
+            /// the CUDA tolerance / 1.5: the bf16 noise the tolerance is sized from (no GPU).
+            /// Fails if that noise grows so that the CUDA tolerance would stop meaning anything.
             #[test]
             fn cpu_bf16_calibration() {
                 let hf_f32 = load_golden($name, "golden_f32.json");
                 let mk = |seqs, page| fixture_engine(CpuBf16Backend::new(), $name, seqs, page);
-                all_arms(&format!("{} cpu-bf16 vs HF f32", $name), &hf_f32, fixture_tol($tol, $mean), &mk);
+                let gate = format!("{} cpu-bf16 vs HF f32", $name);
+                all_arms(&gate, &hf_f32, fixture_tol($tol / 1.5, $mean / 1.5), &mk);
             }
             /// The CUDA backend vs HF f32 (the independent oracle), every arm.
             #[test]
@@ -232,13 +233,16 @@ macro_rules! fixture_tests {
                 CudaBackend::check_model(&cfg).unwrap();
                 let hf_f32 = load_golden($name, "golden_f32.json");
                 let mk = |seqs, page| {
-                    fixture_engine(CudaBackend::from_context(ctx.clone(), 0).unwrap(), $name, seqs, page)
+                    let be = CudaBackend::from_context(ctx.clone(), 0).unwrap();
+                    fixture_engine(be, $name, seqs, page)
                 };
-                all_arms(&format!("{} cuda vs HF f32", $name), &hf_f32, fixture_tol($tol, $mean), &mk);
+                let gate = format!("{} cuda vs HF f32", $name);
+                all_arms(&gate, &hf_f32, fixture_tol($tol, $mean), &mk);
             }
-            /// The CUDA backend vs HF bf16, every arm, with the tolerance the triangle inequality
-            /// gives: the f32 gate's tolerance plus HF bf16's own measured distance from f32
-            /// ([`hf_bf16_offset`]).
+            /// The CUDA backend vs HF bf16, every arm. Tolerance: the f32 gate's plus HF bf16's
+            /// own measured distance from f32 ([`hf_bf16_offset`]) — a triangle-inequality
+            /// heuristic, not a strict bound (that distance is measured on HF bf16's own greedy
+            /// sequences and top-k ids, the f32 gate on HF f32's).
             #[test]
             fn cuda_vs_hf_bf16() {
                 let Some(ctx) = deltakit::testing::gpu_or_skip(&format!("golden_cuda {}", $name))
@@ -253,9 +257,12 @@ macro_rules! fixture_tests {
                 );
                 let hf_bf16 = load_golden($name, "golden_bf16.json");
                 let mk = |seqs, page| {
-                    fixture_engine(CudaBackend::from_context(ctx.clone(), 0).unwrap(), $name, seqs, page)
+                    let be = CudaBackend::from_context(ctx.clone(), 0).unwrap();
+                    fixture_engine(be, $name, seqs, page)
                 };
-                all_arms(&format!("{} cuda vs HF bf16", $name), &hf_bf16, fixture_tol($tol + off_max, $mean + off_mean), &mk);
+                let gate = format!("{} cuda vs HF bf16", $name);
+                let tol = fixture_tol($tol + off_max, $mean + off_mean);
+                all_arms(&gate, &hf_bf16, tol, &mk);
             }
         }
     )*};
@@ -265,8 +272,11 @@ macro_rules! fixture_tests {
 // mean row max |delta logprob|: tiny-causal 1.78 / 0.241 (the max is one ill-conditioned row,
 // prompt 1 position 3, where HF's own bf16 happens to land near f32 and ours does not; the next
 // rows recover), tiny-cond 0.56 / 0.099, tiny-tied 0.74 / 0.227. The max tolerances are ~1.7x
-// those (3x would say nothing on these chaotic models); the mean tolerances ~2x catch a
-// systematic error that the max would not.
+// those (3x would say nothing on these chaotic models) and are the weak part of the gate; the
+// mean tolerances (~2x) are what catch a systematic error. First H200 run (2026-11-30), CUDA vs
+// HF f32, worst arm: 2.34 / 0.288, 0.66 / 0.116, 0.61 / 0.238 — the tiny-causal max is within
+// 1.28x of its tolerance (the same ill-conditioned row; the staggered-batch arm's GEMM shapes
+// round differently), the means within 1.0-1.2x of the CPU bf16 backend's.
 fixture_tests!(
     fx_tiny_causal => ("tiny-causal", 3.0, 0.5),
     fx_tiny_cond => ("tiny-cond", 1.0, 0.2),

@@ -9,8 +9,8 @@
 //! unit-lower-triangular inverse `Tm = (I + A)^-1`; `W`, `U`), the sequential state pass (one
 //! program per sequence, value head and 32 value columns) and the output pass. Head dims below
 //! the tuned 64 (`K = 32`, `V` in {16, 32}) run the tuned tile shapes with the padding rows /
-//! columns masked (loaded as 0, never stored). All scratch lives in the caller's workspace ([`workspace_bytes`]): the call
-//! allocates nothing and is CUDA-graph safe.
+//! columns masked (loaded as 0, never stored). All scratch lives in the caller's workspace
+//! ([`workspace_bytes`]): the call allocates nothing and is CUDA-graph safe.
 
 use cudarc::driver::{CudaStream, CudaView, DevicePtr, DevicePtrMut};
 use half::bf16;
