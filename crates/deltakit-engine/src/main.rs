@@ -247,10 +247,11 @@ fn load_cuda_engine(
     ordinal: usize,
     dir_or_json: &Path,
     common: &ModelArgs,
-    cache: impl FnOnce(&ModelConfig) -> CacheConfig,
+    cache: impl FnOnce(&ModelConfig) -> Result<CacheConfig>,
 ) -> Result<Engine<CudaBackend>> {
     let cfg = ModelConfig::from_path(dir_or_json)?;
     CudaBackend::check_model(&cfg)?;
+    let cache = cache(&cfg)?;
     let be = CudaBackend::new(ordinal)?;
     let mut src: Box<dyn WeightSource> = match common.load_format {
         LoadFormat::Auto => Box::new(
@@ -261,7 +262,7 @@ fn load_cuda_engine(
     };
     let progress = cfg.num_parameters() > 50_000_000;
     let model = Qwen35::load(&be, &cfg, src.as_mut(), progress)?;
-    Ok(Engine::new(be, model, cache(&cfg))?)
+    Ok(Engine::new(be, model, cache)?)
 }
 
 /// Refuse CPU loads whose weights (`elem` bytes each) and state pools cannot fit in memory, with
@@ -303,11 +304,11 @@ fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig) -> Resu
 fn load_engine<T: Elem>(
     dir_or_json: &Path,
     common: &ModelArgs,
-    cache: impl FnOnce(&ModelConfig) -> CacheConfig,
+    cache: impl FnOnce(&ModelConfig) -> Result<CacheConfig>,
 ) -> Result<Engine<Cpu<T>>> {
     check_device(&common.device)?;
     let cfg = ModelConfig::from_path(dir_or_json)?;
-    let cache = cache(&cfg);
+    let cache = cache(&cfg)?;
     check_cpu_memory(&cfg, std::mem::size_of::<T>(), &cache)?;
     let mut src: Box<dyn WeightSource> = match common.load_format {
         LoadFormat::Auto => Box::new(
@@ -371,7 +372,7 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     let longest = prompts.iter().map(|p| p.1.len()).max().unwrap_or(0);
     let t_load = Instant::now();
     let cache = |cfg: &ModelConfig| {
-        cache_for(cfg, prompts.len(), longest.saturating_add(a.max_tokens), a.common.page_size)
+        Ok(cache_for(cfg, prompts.len(), longest.saturating_add(a.max_tokens), a.common.page_size))
     };
     #[cfg(feature = "cuda")]
     if let Some(ord) = cuda_device(&a.common.device)? {
@@ -526,19 +527,21 @@ fn bench(a: &BenchArgs) -> Result<()> {
         bail!("bench runs with --load-format dummy (weights from the config alone)");
     }
     let t_load = Instant::now();
-    // Lengths against the model before anything is allocated (a huge --prompt-len would
-    // otherwise fail only when the random prompts are built).
-    let cfg = ModelConfig::from_path(&a.config)?;
-    let total = a.prompt_len.checked_add(a.gen_len).filter(|&n| n <= cfg.max_position_embeddings);
-    let Some(total) = total else {
-        bail!(
-            "--prompt-len {} + --gen-len {} exceeds the model's max_position_embeddings {}",
-            a.prompt_len,
-            a.gen_len,
-            cfg.max_position_embeddings
-        );
+    // Lengths against the model before any weight or prompt is allocated (a huge --prompt-len
+    // would otherwise fail only when the random prompts are built).
+    let cache = |cfg: &ModelConfig| {
+        let total =
+            a.prompt_len.checked_add(a.gen_len).filter(|&n| n <= cfg.max_position_embeddings);
+        let Some(total) = total else {
+            bail!(
+                "--prompt-len {} + --gen-len {} exceeds the model's max_position_embeddings {}",
+                a.prompt_len,
+                a.gen_len,
+                cfg.max_position_embeddings
+            );
+        };
+        Ok(cache_for(cfg, a.batch, total, a.common.page_size))
     };
-    let cache = |cfg: &ModelConfig| cache_for(cfg, a.batch, total, a.common.page_size);
     #[cfg(feature = "cuda")]
     if let Some(ord) = cuda_device(&a.common.device)? {
         return run_bench(a, load_cuda_engine(ord, &a.config, &a.common, cache)?, t_load);
@@ -664,7 +667,7 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
     let cache = |cfg: &ModelConfig| {
         // Never more slots than items to run.
         let slots = a.batch.min(prompts.len().max(1));
-        cache_for(cfg, slots, longest.saturating_add(a.max_tokens), a.common.page_size)
+        Ok(cache_for(cfg, slots, longest.saturating_add(a.max_tokens), a.common.page_size))
     };
     let job = EvalJob {
         a,

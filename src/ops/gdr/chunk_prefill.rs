@@ -636,3 +636,21 @@ pub fn chunk_prefill(
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{head_dims_supported, SUPPORTED_K, SUPPORTED_V};
+    use super::kernels;
+
+    /// The compiled specializations are exactly the head dims [`head_dims_supported`] promises
+    /// (the engine checks that predicate before loading a model).
+    #[test]
+    fn compiled_specializations_match_the_supported_set() {
+        for k in [16, 32, 48, 64, 96, 128, 256] {
+            for v in [8, 16, 32, 48, 64, 96, 128, 256] {
+                assert_eq!(kernels(k, v).is_some(), head_dims_supported(k, v), "K={k} V={v}");
+            }
+        }
+        assert!(SUPPORTED_K.iter().all(|&k| SUPPORTED_V.iter().all(|&v| kernels(k, v).is_some())));
+    }
+}

@@ -83,7 +83,7 @@ pub fn decode(
     if h_v % h_k != 0 {
         return Err(Error::shape(OP, "dims", format!("h_v a multiple of h_k = {h_k}"), h_v));
     }
-    if !super::decode_supports(kd, vd) {
+    if !super::head_dims_supported(kd, vd) {
         return Err(super::unsupported_head_dims(OP, kd, vd));
     }
     if tokens_per_row == 0 {

@@ -16,26 +16,12 @@ pub const SUPPORTED_K: [usize; 3] = [32, 64, 128];
 /// test models.
 pub const SUPPORTED_V: [usize; 4] = [16, 32, 64, 128];
 
-/// Whether [`decode`] is built for head dims `(k, v)`: `k` in [`SUPPORTED_K`], `v` in
-/// [`SUPPORTED_V`].
-#[must_use]
-pub fn decode_supports(k: usize, v: usize) -> bool {
-    SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)
-}
-
-/// Whether [`chunk_prefill::chunk_prefill`] is built for head dims `(k, v)`: `k` in
-/// [`SUPPORTED_K`], `v` in [`SUPPORTED_V`] (the same set as [`decode_supports`]; `K = 32` and
-/// `V < 64` run the tuned kernels' tile shapes with padded, masked tiles).
-#[must_use]
-pub fn chunk_prefill_supports(k: usize, v: usize) -> bool {
-    SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)
-}
-
-/// Whether a GDR layer with head dims `(k, v)` runs on the GPU end to end (prefill and decode):
-/// [`chunk_prefill_supports`] and [`decode_supports`].
+/// Whether [`decode`] and [`chunk_prefill::chunk_prefill`] are built for head dims `(k, v)`, i.e.
+/// a GDR layer with them runs on the GPU end to end: `k` in [`SUPPORTED_K`], `v` in
+/// [`SUPPORTED_V`] (`K = 32` and `V < 64` run the tuned tile shapes, padded and masked).
 #[must_use]
 pub fn head_dims_supported(k: usize, v: usize) -> bool {
-    chunk_prefill_supports(k, v) && decode_supports(k, v)
+    SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)
 }
 
 /// The [`Error::Unsupported`] of [`decode`] / [`chunk_prefill::chunk_prefill`] for head dims
