@@ -51,6 +51,19 @@ pub enum EngineError {
     /// The requested device or backend is not available in this build / on this machine.
     #[error("device: {0}")]
     Device(String),
+    /// A collective between tensor-parallel ranks failed or was aborted
+    /// ([`crate::comm::Communicator`]).
+    #[error("communicator: {0}")]
+    Comm(String),
+    /// A tensor-parallel rank failed, panicked or timed out during a step; the executor is
+    /// poisoned and refuses further steps ([`crate::executor::Executor`]).
+    #[error("rank {rank}: {msg}")]
+    Rank {
+        /// The first rank that failed (or `usize::MAX` when the watchdog fired).
+        rank: usize,
+        /// What happened.
+        msg: String,
+    },
 }
 
 /// Result alias of the engine.

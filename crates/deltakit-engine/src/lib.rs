@@ -1,25 +1,40 @@
 //! deltakit engine: Qwen3.5 dense hybrid models (Gated DeltaNet + gated full attention) on one
-//! device, over a backend trait (the CPU reference, and with feature `cuda` the CUDA backend).
+//! device or tensor-parallel over `tp` ranks, over a backend trait (the CPU reference, and with
+//! feature `cuda` the CUDA backend).
 //!
-//! Modules, in dependency order:
+//! Data flows one way: config -> shard plan -> rank -> layer -> op. Modules, in dependency order:
 //! - [`config`]: HF `config.json` parsing (`Qwen3_5ForCausalLM`, `Qwen3_5ForConditionalGeneration`);
 //! - [`weights`]: safetensors via mmap (single / sharded), dtype conversion, dummy weights;
 //! - [`tokenizer`]: HF `tokenizer.json`;
 //! - [`backend`]: the [`backend::Backend`] trait, the CPU implementation and (feature `cuda`) the
 //!   CUDA one;
+//! - [`shard`]: the tensor-parallel sharding plan (which rows / columns each rank keeps);
+//! - [`comm`]: collectives between ranks (in-process CPU, NCCL) with abort;
 //! - [`state`]: state-slot and KV-page pools;
 //! - [`model`]: the Qwen3.5 decoder written once over the backend;
-//! - [`generate`]: the engine (forward steps over sequences) and the generation scheduler;
+//! - [`rank`]: one rank's backend + model shard + pools behind the [`rank::StepRunner`] trait;
+//! - [`executor`]: one thread per rank, fail-closed steps with a watchdog;
+//! - [`sampling`]: host-side greedy / top-p sampling and top-K log-probabilities;
+//! - [`generate`]: the engine (sequences, slots, forward steps) and the generation scheduler;
+//! - [`launch`]: building single-device and tensor-parallel engines (CPU, CUDA);
 //! - [`eval`]: multiple-choice evaluation (prompts, answer extraction, accuracy with a CI);
 //! - [`paths`]: finding the bundled tiny model at run time.
 
 pub mod backend;
+pub mod capacity;
+pub mod comm;
 pub mod config;
+pub mod dummy_init;
 pub mod error;
 pub mod eval;
+pub mod executor;
 pub mod generate;
+pub mod launch;
 pub mod model;
 pub mod paths;
+pub mod rank;
+pub mod sampling;
+pub mod shard;
 pub mod state;
 pub mod tokenizer;
 pub mod weights;

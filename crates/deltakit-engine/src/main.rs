@@ -14,17 +14,19 @@ use rand::{Rng, SeedableRng};
 use deltakit_engine::backend::cpu::Cpu;
 #[cfg(feature = "cuda")]
 use deltakit_engine::backend::cuda::CudaBackend;
-use deltakit_engine::backend::Backend;
 use deltakit_engine::config::ModelConfig;
 use deltakit_engine::eval::{
     self, EvalError, EvalOptions, ItemResult, Observer, Summary, Template,
 };
+use deltakit_engine::executor::ExecutorOptions;
 use deltakit_engine::generate::{Engine, Event, GenOptions, Request, SamplingParams};
+use deltakit_engine::launch::{self, Source, TpOptions};
 use deltakit_engine::model::Qwen35;
 use deltakit_engine::paths::bundled_model_dir;
+use deltakit_engine::shard::ShardPlan;
 use deltakit_engine::state::CacheConfig;
 use deltakit_engine::tokenizer::{parse_token_ids, StreamDecoder, Tokenizer};
-use deltakit_engine::weights::{DummyWeights, SafetensorsWeights, WeightSource};
+use deltakit_engine::weights::SafetensorsWeights;
 use deltakit_ref::Elem;
 use half::bf16;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -85,6 +87,17 @@ struct ModelArgs {
     /// Most prompt tokens of one sequence per prefill step (>= 1; longer prompts are chunked).
     #[arg(long, default_value_t = 2048, value_parser = positive_arg)]
     prefill_chunk: usize,
+    /// Tensor-parallel ranks (one thread per rank; on the CPU an in-process communicator, on
+    /// CUDA NCCL with one GPU per rank).
+    #[arg(long, default_value_t = 1, value_parser = positive_arg)]
+    tp: usize,
+    /// GPU ordinals of the ranks, comma-separated (default: N, N+1, ... from --device cuda:N).
+    #[arg(long, value_delimiter = ',')]
+    devices: Option<Vec<usize>>,
+    /// Seconds a tensor-parallel step may take before the watchdog aborts the communicator and
+    /// the run fails.
+    #[arg(long, default_value_t = 300, value_parser = positive_arg)]
+    step_timeout: usize,
 }
 
 #[derive(Args)]
@@ -240,31 +253,6 @@ fn cuda_device(device: &str) -> Result<Option<usize>> {
     }
 }
 
-/// Load a model onto the CUDA backend (bf16 weights and activations; `--dtype` only applies to
-/// the CPU backend). The kernels' shape support is checked before any weight is read.
-#[cfg(feature = "cuda")]
-fn load_cuda_engine(
-    ordinal: usize,
-    dir_or_json: &Path,
-    common: &ModelArgs,
-    cache: impl FnOnce(&ModelConfig) -> Result<CacheConfig>,
-) -> Result<Engine<CudaBackend>> {
-    let cfg = ModelConfig::from_path(dir_or_json)?;
-    CudaBackend::check_model(&cfg)?;
-    let cache = cache(&cfg)?;
-    let be = CudaBackend::new(ordinal)?;
-    let mut src: Box<dyn WeightSource> = match common.load_format {
-        LoadFormat::Auto => Box::new(
-            SafetensorsWeights::open(dir_or_json)
-                .with_context(|| format!("loading weights from {}", dir_or_json.display()))?,
-        ),
-        LoadFormat::Dummy => Box::new(DummyWeights::new(common.weight_seed)),
-    };
-    let progress = cfg.num_parameters() > 50_000_000;
-    let model = Qwen35::load(&be, &cfg, src.as_mut(), progress)?;
-    Ok(Engine::new(be, model, cache)?)
-}
-
 /// Refuse CPU loads whose weights (`elem` bytes each) and state pools cannot fit in memory, with
 /// a clear message. Counted: the weights, the loader's f32 staging copy of the largest tensor
 /// (the `vocab x hidden` embedding / LM head; 4 GB at Qwen3.5-9B) and the KV / GDN state pools of
@@ -300,26 +288,97 @@ fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig) -> Resu
     Ok(())
 }
 
-/// Load a model onto the CPU backend with activation dtype `T`.
-fn load_engine<T: Elem>(
+/// Load a model per `common`: the device (`cpu` / `cuda:N`), `--tp` / `--devices`, the weight
+/// source and the CPU dtype. Indivisible tensor-parallel counts and (CUDA) unsupported shapes are
+/// refused before any weight is read; the cache is sized by `cache` from the config.
+fn load(
     dir_or_json: &Path,
     common: &ModelArgs,
     cache: impl FnOnce(&ModelConfig) -> Result<CacheConfig>,
-) -> Result<Engine<Cpu<T>>> {
-    check_device(&common.device)?;
+) -> Result<Engine> {
     let cfg = ModelConfig::from_path(dir_or_json)?;
-    let cache = cache(&cfg)?;
-    check_cpu_memory(&cfg, std::mem::size_of::<T>(), &cache)?;
-    let mut src: Box<dyn WeightSource> = match common.load_format {
-        LoadFormat::Auto => Box::new(
+    ShardPlan::check(&cfg, common.tp)?;
+    let src = match common.load_format {
+        LoadFormat::Auto => {
             SafetensorsWeights::open(dir_or_json)
-                .with_context(|| format!("loading weights from {}", dir_or_json.display()))?,
-        ),
-        LoadFormat::Dummy => Box::new(DummyWeights::new(common.weight_seed)),
+                .with_context(|| format!("loading weights from {}", dir_or_json.display()))?;
+            Source::Dir(dir_or_json.to_path_buf())
+        }
+        LoadFormat::Dummy => Source::Dummy(cfg.clone(), common.weight_seed),
     };
     let progress = cfg.num_parameters() > 50_000_000;
-    let model = Qwen35::load(&Cpu::<T>::new(), &cfg, src.as_mut(), progress)?;
-    Ok(Engine::new(Cpu::new(), model, cache)?)
+    let opts = TpOptions {
+        executor: ExecutorOptions {
+            step_timeout: std::time::Duration::from_secs(common.step_timeout as u64),
+        },
+        fault: None,
+        progress,
+    };
+    #[cfg(feature = "cuda")]
+    if let Some(ord) = cuda_device(&common.device)? {
+        let cache = cache(&cfg)?;
+        let devices = common.devices.clone().unwrap_or_else(|| (ord..ord + common.tp).collect());
+        if devices.len() != common.tp {
+            bail!("--devices lists {} GPUs for --tp {}", devices.len(), common.tp);
+        }
+        if common.tp == 1 && common.devices.is_none() {
+            return Ok(launch::cuda::single(&src, ord, cache, progress)?);
+        }
+        return Ok(launch::cuda::tensor_parallel(src, &devices, cache, &opts)?);
+    }
+    check_device(&common.device)?;
+    if common.devices.is_some() {
+        bail!("--devices names GPU ordinals; on --device cpu use --tp alone");
+    }
+    let cache = cache(&cfg)?;
+    let elem = match common.dtype {
+        Dtype::F32 => 4,
+        Dtype::Bf16 => 2,
+    };
+    check_cpu_memory(&cfg, elem, &cache)?;
+    Ok(match (common.dtype, common.tp) {
+        (Dtype::F32, 1) => load_cpu::<f32>(&cfg, &src, cache, progress)?,
+        (Dtype::Bf16, 1) => load_cpu::<bf16>(&cfg, &src, cache, progress)?,
+        (Dtype::F32, tp) => launch::cpu::tensor_parallel::<f32>(src, tp, cache, &opts)?,
+        (Dtype::Bf16, tp) => launch::cpu::tensor_parallel::<bf16>(src, tp, cache, &opts)?,
+    })
+}
+
+/// A single-device CPU engine with activation dtype `T`.
+fn load_cpu<T: Elem + 'static>(
+    cfg: &ModelConfig,
+    src: &Source,
+    cache: CacheConfig,
+    progress: bool,
+) -> Result<Engine> {
+    let model = Qwen35::load(&Cpu::<T>::new(), cfg, src.open()?.as_mut(), progress)?;
+    Ok(Engine::new(Cpu::<T>::new(), model, cache)?)
+}
+
+/// `bench`'s memory report: per-rank weight and state bytes, and the process's peak resident
+/// memory (all ranks of a process together).
+fn print_rank_memory(engine: &Engine) {
+    for r in engine.rank_reports() {
+        println!(
+            "rank {} on {}: weights {:.3} GB, state pools {:.3} GB ({:.3} MB per sequence at full \
+             context), loader peak host staging {:.3} GB",
+            r.rank,
+            r.device,
+            r.weight_bytes as f64 / 1e9,
+            r.state_bytes as f64 / 1e9,
+            r.state_bytes_per_seq as f64 / 1e6,
+            r.peak_host_staging_bytes as f64 / 1e9,
+        );
+    }
+    let hwm = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    if let Some(kib) = hwm {
+        println!("process peak resident host memory: {:.3} GB", kib as f64 * 1024.0 / 1e9);
+    }
 }
 
 fn cache_for(cfg: &ModelConfig, seqs: usize, max_len: usize, page_size: usize) -> CacheConfig {
@@ -374,35 +433,22 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     let cache = |cfg: &ModelConfig| {
         Ok(cache_for(cfg, prompts.len(), longest.saturating_add(a.max_tokens), a.common.page_size))
     };
-    #[cfg(feature = "cuda")]
-    if let Some(ord) = cuda_device(&a.common.device)? {
-        let engine = load_cuda_engine(ord, &dir, &a.common, cache)?;
-        return run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load);
-    }
-    match a.common.dtype {
-        Dtype::F32 => {
-            let engine = load_engine::<f32>(&dir, &a.common, cache)?;
-            run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
-        }
-        Dtype::Bf16 => {
-            let engine = load_engine::<bf16>(&dir, &a.common, cache)?;
-            run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
-        }
-    }
+    let engine = load(&dir, &a.common, cache)?;
+    run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
 }
 
 /// The backend-generic part of `generate`: requests, streaming / JSONL output, timing.
 #[allow(clippy::too_many_lines)]
-fn run_generate<B: Backend>(
+fn run_generate(
     a: &GenerateArgs,
     dir: &Path,
     tok: Option<&Tokenizer>,
     prompts: &[(String, Vec<u32>)],
-    mut engine: Engine<B>,
+    mut engine: Engine,
     t_load: Instant,
 ) -> Result<()> {
     let load_s = t_load.elapsed().as_secs_f64();
-    let cfg = engine.model().config().clone();
+    let cfg = engine.config().clone();
     let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
     if let Some(s) = &a.stop_token_ids {
         let ids = parse_token_ids(s).map_err(|e| anyhow::anyhow!("--stop-token-ids: {e}"))?;
@@ -542,20 +588,13 @@ fn bench(a: &BenchArgs) -> Result<()> {
         };
         Ok(cache_for(cfg, a.batch, total, a.common.page_size))
     };
-    #[cfg(feature = "cuda")]
-    if let Some(ord) = cuda_device(&a.common.device)? {
-        return run_bench(a, load_cuda_engine(ord, &a.config, &a.common, cache)?, t_load);
-    }
-    match a.common.dtype {
-        Dtype::F32 => run_bench(a, load_engine::<f32>(&a.config, &a.common, cache)?, t_load),
-        Dtype::Bf16 => run_bench(a, load_engine::<bf16>(&a.config, &a.common, cache)?, t_load),
-    }
+    run_bench(a, load(&a.config, &a.common, cache)?, t_load)
 }
 
 /// The backend-generic part of `bench`.
-fn run_bench<B: Backend>(a: &BenchArgs, mut engine: Engine<B>, t_load: Instant) -> Result<()> {
+fn run_bench(a: &BenchArgs, mut engine: Engine, t_load: Instant) -> Result<()> {
     let load_s = t_load.elapsed().as_secs_f64();
-    let cfg = engine.model().config().clone();
+    let cfg = engine.config().clone();
     let mut rng = StdRng::seed_from_u64(a.common.weight_seed ^ 0x5eed);
     let requests: Vec<Request> = (0..a.batch)
         .map(|i| Request {
@@ -589,6 +628,7 @@ fn run_bench<B: Backend>(a: &BenchArgs, mut engine: Engine<B>, t_load: Instant) 
         stats.decode_steps,
         stats.mean_ttft.as_secs_f64() * 1e3
     );
+    print_rank_memory(&engine);
     Ok(())
 }
 
@@ -679,14 +719,7 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
         previous,
         out: &out,
     };
-    #[cfg(feature = "cuda")]
-    if let Some(ord) = cuda_device(&a.common.device)? {
-        return run_eval(&job, load_cuda_engine(ord, &dir, &a.common, cache)?, t0);
-    }
-    match a.common.dtype {
-        Dtype::F32 => run_eval(&job, load_engine::<f32>(&dir, &a.common, cache)?, t0),
-        Dtype::Bf16 => run_eval(&job, load_engine::<bf16>(&dir, &a.common, cache)?, t0),
-    }
+    run_eval(&job, load(&dir, &a.common, cache)?, t0)
 }
 
 /// Whether `a` and `b` name the same file (canonical paths; for a file that does not exist yet,
@@ -727,9 +760,9 @@ struct EvalJob<'a> {
 }
 
 /// The backend-generic part of `eval-mc`: generation with a progress bar, results, summary.
-fn run_eval<B: Backend>(job: &EvalJob<'_>, mut engine: Engine<B>, t0: Instant) -> Result<()> {
+fn run_eval(job: &EvalJob<'_>, mut engine: Engine, t0: Instant) -> Result<()> {
     let a = job.a;
-    let cfg = engine.model().config().clone();
+    let cfg = engine.config().clone();
     let opts = EvalOptions {
         max_tokens: a.max_tokens,
         batch: a.batch,
@@ -821,16 +854,26 @@ fn info() -> Result<()> {
              gdr.decode, conv1d, attn.prep / prefill / decode, norms; --device cuda:N)"
         );
         match deltakit::try_context(0) {
-            Some(ctx) => {
+            Some(_) => {
                 let n = deltakit::cudarc::driver::CudaContext::device_count()?;
-                let (maj, min) = ctx.compute_capability()?;
-                println!("cuda devices: {n} (device 0: {}, sm_{maj}{min})", ctx.name()?);
+                println!("cuda devices: {n}");
+                for i in 0..usize::try_from(n).unwrap_or(0) {
+                    if let Some(ctx) = deltakit::try_context(i) {
+                        let (maj, min) = ctx.compute_capability()?;
+                        println!("  cuda:{i}: {} (sm_{maj}{min})", ctx.name()?);
+                    }
+                }
             }
             None => println!("cuda devices: none usable on this machine"),
         }
+        match deltakit_engine::comm::nccl::loaded() {
+            Ok(v) => println!("nccl: loaded (version code {v}); --tp N runs one GPU per rank"),
+            Err(e) => println!("nccl: not available ({e}); --tp > 1 on CUDA will fail"),
+        }
     }
     #[cfg(not(feature = "cuda"))]
-    println!("cuda backend: not built (rebuild with `--features cuda`)");
+    println!("cuda backend: not built (rebuild with `--features cuda`); nccl: not built");
+    println!("tensor parallel: --tp N (cpu: in-process communicator; cuda: NCCL)");
     println!(
         "engine: Qwen3.5 dense (GDN + gated attention), backends: cpu{}",
         if cfg!(feature = "cuda") { ", cuda" } else { " (cuda: rebuild with --features cuda)" }

@@ -11,14 +11,13 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use memmap2::Mmap;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
+use crate::shard::Part;
 
 /// A host tensor: f32 data, row-major, with its shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +52,25 @@ pub trait WeightSource {
     /// [`EngineError::Weights`] naming the tensor if it is missing, has another shape, or an
     /// unsupported dtype.
     fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor>;
+
+    /// Fetch the part `part` (a tensor-parallel shard, [`Part`]) of tensor `name`, whose full
+    /// shape is `shape`; the result has the part's local shape ([`Part::local_shape`]). The
+    /// default fetches the whole tensor and slices it; checkpoint and dummy sources override it
+    /// to read / generate only the selected elements.
+    ///
+    /// # Errors
+    /// As [`WeightSource::get`], and [`EngineError::Weights`] for a part outside the shape.
+    fn get_part(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        part: &Part,
+        init: Init,
+    ) -> Result<HostTensor> {
+        let local = part.local_shape(name, shape)?;
+        let full = self.get(name, shape, init)?;
+        Ok(HostTensor { shape: local, data: part.slice(name, shape, &full.data)? })
+    }
 
     /// Whether tensor `name` exists (synthetic sources: always true).
     fn contains(&self, name: &str) -> bool;
@@ -186,8 +204,9 @@ fn shape_matches(got: &[usize], want: &[usize]) -> bool {
     got == want || squeeze(got) == squeeze(want)
 }
 
-impl WeightSource for SafetensorsWeights {
-    fn get(&mut self, name: &str, shape: &[usize], _init: Init) -> Result<HostTensor> {
+impl SafetensorsWeights {
+    /// The raw bytes, dtype and stored shape of tensor `name`, checked against `shape`.
+    fn raw(&self, name: &str, shape: &[usize]) -> Result<(&[u8], Dtype)> {
         let &fi = self.index.get(name).ok_or_else(|| {
             EngineError::Weights(format!(
                 "missing tensor `{name}` (expected shape {shape:?}) in {}",
@@ -218,8 +237,34 @@ impl WeightSource for SafetensorsWeights {
                 bytes.len()
             )));
         }
-        let data = to_f32(name, info.dtype, bytes)?;
+        Ok((bytes, info.dtype))
+    }
+}
+
+impl WeightSource for SafetensorsWeights {
+    fn get(&mut self, name: &str, shape: &[usize], _init: Init) -> Result<HostTensor> {
+        let (bytes, dtype) = self.raw(name, shape)?;
+        let data = to_f32(name, dtype, bytes)?;
         Ok(HostTensor { shape: shape.to_vec(), data })
+    }
+
+    /// Reads only the selected element runs from the mapped file: a rank never converts (or
+    /// touches the pages of) rows / columns it does not keep.
+    fn get_part(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        part: &Part,
+        _init: Init,
+    ) -> Result<HostTensor> {
+        let local = part.local_shape(name, shape)?;
+        let (bytes, dtype) = self.raw(name, shape)?;
+        let width = dtype.bitsize() / 8;
+        let mut data = Vec::with_capacity(local.iter().product());
+        for r in part.runs(shape) {
+            data.extend(to_f32(name, dtype, &bytes[r.start * width..r.end * width])?);
+        }
+        Ok(HostTensor { shape: local, data })
     }
 
     fn contains(&self, name: &str) -> bool {
@@ -234,10 +279,13 @@ impl WeightSource for SafetensorsWeights {
 /// Seeded random weights of the right shapes and sane scales for a config alone
 /// (`--load-format dummy`): benchmarks at real sizes without a checkpoint.
 ///
-/// Each tensor gets its own generator seeded from `seed` and a hash of its name, so the values of
-/// a tensor do not depend on load order. Scales: linear layers uniform with std `1/sqrt(fan_in)`,
-/// embeddings std 1, `(1 + w)` norms 0, the gated norm 1, `A_log = ln(U(1, 16))`, `dt_bias`
-/// `U(-0.5, 0.5)`, conv taps `U(-0.5, 0.5)` (as `tools/make_fixtures.py`).
+/// Element `i` of tensor `name` is a pure function of `(seed, name, i)` (a counter-based
+/// splitmix64 hash, [`dummy_unit`]), so the values do not depend on load order, thread count or
+/// sharding: a tensor-parallel rank generates exactly its own rows / columns and gets the same
+/// values as the TP=1 model. Scales: linear layers uniform with std `1/sqrt(fan_in)`, embeddings
+/// std 1, `(1 + w)` norms 0, the gated norm 1, `A_log = ln(U(1, 16))`, `dt_bias`
+/// `U(-0.5, 0.5)`, conv taps `U(-0.5, 0.5)` (as `tools/make_fixtures.py`); every value is rounded
+/// through bf16 like a real checkpoint, so CPU and GPU backends see the same weights.
 #[derive(Clone, Debug)]
 pub struct DummyWeights {
     seed: u64,
@@ -249,46 +297,91 @@ impl DummyWeights {
     pub fn new(seed: u64) -> Self {
         Self { seed }
     }
-}
 
-fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// Elements per independently seeded block of a dummy tensor (blocks are filled in parallel).
-const DUMMY_BLOCK: usize = 1 << 16;
-
-impl WeightSource for DummyWeights {
-    fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor> {
-        let n: usize = shape.iter().product();
-        let base = self.seed ^ fnv1a(name);
+    fn fill(
+        &self,
+        name: &str,
+        shape: &[usize],
+        runs: &[std::ops::Range<usize>],
+        init: Init,
+    ) -> Vec<f32> {
+        let key = self.seed ^ fnv1a(name);
         let std = match init {
             Init::Embedding => 1.0,
             _ => 1.0 / (*shape.last().unwrap_or(&1) as f32).sqrt(),
         };
         // Uniform(-a, a) has std a / sqrt(3).
         let a = std * 3f32.sqrt();
-        let mut data = vec![0f32; n];
-        // Each block of DUMMY_BLOCK elements has its own seed (tensor name, block index), so the
-        // values do not depend on the thread count; rayon fills the blocks in parallel (a 27B
-        // model is ~27e9 draws).
-        data.par_chunks_mut(DUMMY_BLOCK).enumerate().for_each(|(blk, out)| {
-            let mut rng = StdRng::seed_from_u64(
-                base ^ (blk as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            );
-            for x in out.iter_mut() {
-                let v = match init {
-                    Init::Constant(c) => c,
-                    Init::Linear | Init::Embedding => rng.gen_range(-a..a),
-                    Init::Uniform(lo, hi) => rng.gen_range(lo..hi),
-                    Init::LogUniform(lo, hi) => rng.gen_range(lo..hi).ln(),
-                };
-                // Round through bf16 like a real checkpoint, so CPU and GPU backends see the
-                // same values.
-                *x = bf16::from_f32(v).to_f32();
-            }
+        let value = move |i: usize| -> f32 {
+            let u = dummy_unit(key, i as u64);
+            let v = match init {
+                Init::Constant(c) => c,
+                Init::Linear | Init::Embedding => -a + 2.0 * a * u as f32,
+                Init::Uniform(lo, hi) => lo + (hi - lo) * u as f32,
+                Init::LogUniform(lo, hi) => (lo + (hi - lo) * u as f32).ln(),
+            };
+            bf16::from_f32(v).to_f32()
+        };
+        let total: usize = runs.iter().map(ExactSizeIterator::len).sum();
+        let mut out = vec![0f32; total];
+        let mut rest = out.as_mut_slice();
+        let mut jobs = Vec::with_capacity(runs.len());
+        for r in runs {
+            let (head, tail) = rest.split_at_mut(r.len());
+            jobs.push((r.start, head));
+            rest = tail;
+        }
+        jobs.into_par_iter().for_each(|(start, dst)| {
+            dst.par_chunks_mut(DUMMY_BLOCK).enumerate().for_each(|(b, chunk)| {
+                let base = start + b * DUMMY_BLOCK;
+                for (j, x) in chunk.iter_mut().enumerate() {
+                    *x = value(base + j);
+                }
+            });
         });
+        out
+    }
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// splitmix64 finalizer.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Uniform value in `[0, 1)` for element `index` of the tensor with hash key `key`: the top 53
+/// bits of `splitmix64(key ^ splitmix64(index))`.
+#[must_use]
+pub fn dummy_unit(key: u64, index: u64) -> f64 {
+    let h = mix64(key ^ mix64(index.wrapping_add(0x9E37_79B9_7F4A_7C15)));
+    (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Elements per parallel work item of a dummy tensor.
+const DUMMY_BLOCK: usize = 1 << 16;
+
+impl WeightSource for DummyWeights {
+    fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor> {
+        let n: usize = shape.iter().product();
+        let data = self.fill(name, shape, &Part::Full.runs(&[n]), init);
         Ok(HostTensor { shape: shape.to_vec(), data })
+    }
+
+    fn get_part(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        part: &Part,
+        init: Init,
+    ) -> Result<HostTensor> {
+        let local = part.local_shape(name, shape)?;
+        let data = self.fill(name, shape, &part.runs(shape), init);
+        Ok(HostTensor { shape: local, data })
     }
 
     fn contains(&self, _name: &str) -> bool {
@@ -386,5 +479,25 @@ mod tests {
         let z = a.get("w2", &[4, 16], Init::Linear).unwrap();
         assert_ne!(x.data, z.data);
         assert!(x.data.iter().all(|v| v.abs() <= 3f32.sqrt() / 4.0 + 1e-3));
+        // Roughly uniform: mean ~0, std ~1/sqrt(fan_in).
+        let big = a.get("w3", &[64, 256], Init::Linear).unwrap().data;
+        let mean = big.iter().sum::<f32>() / big.len() as f32;
+        let std = (big.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / big.len() as f32).sqrt();
+        assert!(mean.abs() < 3e-3 && (std - 1.0 / 16.0).abs() < 2e-3, "{mean} {std}");
+    }
+
+    /// A part of a dummy or checkpoint tensor equals the same slice of the whole tensor.
+    #[test]
+    fn parts_equal_slices_of_the_whole() {
+        let shape = [6usize, 5];
+        let parts =
+            [Part::Full, Part::Rows(vec![4..6, 0..1]), Part::Cols(1..4), Part::Rows(vec![])];
+        let mut d = DummyWeights::new(3);
+        let whole = d.get("t", &shape, Init::Linear).unwrap();
+        for p in &parts {
+            let got = d.get_part("t", &shape, p, Init::Linear).unwrap();
+            assert_eq!(got.data, p.slice("t", &shape, &whole.data).unwrap(), "{p:?}");
+            assert_eq!(got.shape, p.local_shape("t", &shape).unwrap());
+        }
     }
 }

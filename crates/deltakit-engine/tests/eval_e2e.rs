@@ -122,7 +122,7 @@ fn library_eval_and_rerun_on_the_tiny_model() {
     let longest = prompts.iter().map(Vec::len).max().unwrap();
     let mut engine =
         cpu::load(&model, CacheConfig::for_sequences(4, longest + 12, 16), false).unwrap();
-    let eos = engine.model().config().eos_token_ids.clone();
+    let eos = engine.config().eos_token_ids.clone();
     let opts = EvalOptions {
         max_tokens: 6,
         batch: 4,

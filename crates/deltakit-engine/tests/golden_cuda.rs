@@ -32,10 +32,11 @@
 
 mod golden_common;
 
-use deltakit_engine::backend::cpu::{CpuBackend, CpuBf16Backend};
+use deltakit_engine::backend::cpu::CpuBf16Backend;
 use deltakit_engine::backend::cuda::CudaBackend;
 use deltakit_engine::config::ModelConfig;
 use deltakit_engine::generate::{cpu, Engine, GenOptions, Request, SamplingParams, StepItem, Want};
+use deltakit_engine::launch::{self, Source, TpOptions};
 use deltakit_engine::model::Qwen35;
 use deltakit_engine::state::CacheConfig;
 use deltakit_engine::weights::{DummyWeights, SafetensorsWeights};
@@ -76,11 +77,11 @@ fn synthetic_config(base: &str, k: usize, v: usize) -> ModelConfig {
     ModelConfig::parse(&root.to_string()).unwrap()
 }
 
-fn cpu_f32_engine(cfg: &ModelConfig, seqs: usize, page: usize) -> Engine<CpuBackend> {
+fn cpu_f32_engine(cfg: &ModelConfig, seqs: usize, page: usize) -> Engine {
     cpu::dummy(cfg, WEIGHT_SEED, cache(seqs, page)).unwrap()
 }
 
-fn cpu_bf16_engine(cfg: &ModelConfig, seqs: usize, page: usize) -> Engine<CpuBf16Backend> {
+fn cpu_bf16_engine(cfg: &ModelConfig, seqs: usize, page: usize) -> Engine {
     let be = CpuBf16Backend::new();
     let model = Qwen35::load(&be, cfg, &mut DummyWeights::new(WEIGHT_SEED), false).unwrap();
     Engine::new(be, model, cache(seqs, page)).unwrap()
@@ -91,7 +92,7 @@ fn cuda_engine(
     cfg: &ModelConfig,
     seqs: usize,
     page: usize,
-) -> Engine<CudaBackend> {
+) -> Engine {
     CudaBackend::check_model(cfg).unwrap();
     let be = CudaBackend::from_context(ctx.clone(), 0).unwrap();
     let model = Qwen35::load(&be, cfg, &mut DummyWeights::new(WEIGHT_SEED), false).unwrap();
@@ -100,11 +101,7 @@ fn cuda_engine(
 
 /// Expected rows from the f32 CPU engine `e`: for each prompt, its greedy continuation of
 /// `gen` tokens, then the top-20 rows of `prompt ++ greedy` teacher-forced in one prefill.
-fn cases_from<B: deltakit_engine::backend::Backend>(
-    e: &mut Engine<B>,
-    prompts: &[Vec<u32>],
-    gen: usize,
-) -> Vec<Case> {
+fn cases_from(e: &mut Engine, prompts: &[Vec<u32>], gen: usize) -> Vec<Case> {
     prompts
         .iter()
         .map(|p| {
@@ -186,12 +183,12 @@ synthetic_tests!(
 );
 
 /// An HF fixture's engine on backend `be`, weights from its safetensors.
-fn fixture_engine<B: deltakit_engine::backend::Backend>(
+fn fixture_engine<B: deltakit_engine::backend::Backend + 'static>(
     be: B,
     name: &str,
     seqs: usize,
     page: usize,
-) -> Engine<B> {
+) -> Engine {
     let dir = fixtures_dir().join(name);
     let cfg = ModelConfig::from_path(&dir).unwrap();
     let mut src = SafetensorsWeights::open(&dir).unwrap();
@@ -264,6 +261,33 @@ macro_rules! fixture_tests {
                 let tol = fixture_tol($tol + off_max, $mean + off_mean);
                 all_arms(&gate, &hf_bf16, tol, &mk);
             }
+            /// Tensor parallelism on one GPU: TP = 1 through the executor (a rank thread) and
+            /// the NCCL communicator (a one-rank communicator) passes the same HF f32 gate, and
+            /// its log-probabilities equal the single-device engine's (same kernels; the
+            /// one-rank all-reduce and all-gather must not change a bit).
+            #[test]
+            fn cuda_tp1_executor_nccl() {
+                let Some(ctx) = deltakit::testing::gpu_or_skip(&format!("golden_cuda {}", $name))
+                else {
+                    return;
+                };
+                let dir = fixtures_dir().join($name);
+                let mk = |seqs, page| {
+                    let src = Source::Dir(dir.clone());
+                    launch::cuda::tensor_parallel(src, &[0], cache(seqs, page), &TpOptions::default())
+                        .unwrap()
+                };
+                let hf_f32 = load_golden($name, "golden_f32.json");
+                let gate = format!("{} cuda tp1 executor+nccl vs HF f32", $name);
+                all_arms(&gate, &hf_f32, fixture_tol($tol, $mean), &mk);
+                let prompts: Vec<Vec<u32>> = hf_f32.iter().map(|c| c.prompt.clone()).collect();
+                let mut single =
+                    fixture_engine(CudaBackend::from_context(ctx.clone(), 0).unwrap(), $name, 1, 16);
+                let expected = cases_from(&mut single, &prompts, 16);
+                let (max, mean) = golden_common::delta_teacher_forced(&mut mk(1, 16), &expected);
+                eprintln!("{}: tp1 executor+nccl vs single device: max {max:.2e} mean {mean:.2e}", $name);
+                assert!(max <= 1e-6, "{}: executor differs from the single-device engine: {max}", $name);
+            }
         }
     )*};
 }
@@ -280,7 +304,8 @@ macro_rules! fixture_tests {
 fixture_tests!(
     fx_tiny_causal => ("tiny-causal", 3.0, 0.5),
     fx_tiny_cond => ("tiny-cond", 1.0, 0.2),
-    fx_tiny_tied => ("tiny-tied", 1.3, 0.45)
+    fx_tiny_tied => ("tiny-tied", 1.3, 0.45),
+    fx_tiny_trained => ("tiny-trained", 1.0, 0.2)
 );
 
 /// GDN head dims outside the kernels' built set (K = 96, V = 48) are refused with

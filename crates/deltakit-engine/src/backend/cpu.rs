@@ -12,6 +12,7 @@ use std::marker::PhantomData;
 use deltakit_ref::{attn, conv1d, gdr, mlp, norm, Elem, Varlen};
 
 use super::{AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch, StepKind};
+use crate::comm::{Communicator, CpuComm};
 use crate::error::{EngineError, Result};
 use crate::weights::HostTensor;
 
@@ -53,15 +54,25 @@ pub struct CpuKvCache<T = f32> {
     pub v: Vec<T>,
 }
 
-/// The CPU reference backend (`deltakit-ref`) with activation dtype `T`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Cpu<T: Elem = f32>(PhantomData<T>);
+/// The CPU reference backend (`deltakit-ref`) with activation dtype `T`, optionally one rank of
+/// a tensor-parallel group ([`CpuComm`]).
+#[derive(Clone, Debug, Default)]
+pub struct Cpu<T: Elem = f32> {
+    comm: Option<CpuComm>,
+    _t: PhantomData<T>,
+}
 
 impl<T: Elem> Cpu<T> {
-    /// The backend (stateless).
+    /// The backend on its own (TP = 1).
     #[must_use]
     pub const fn new() -> Self {
-        Self(PhantomData)
+        Self { comm: None, _t: PhantomData }
+    }
+
+    /// One rank of a tensor-parallel group: collectives go through `comm`.
+    #[must_use]
+    pub fn with_comm(comm: CpuComm) -> Self {
+        Self { comm: Some(comm), _t: PhantomData }
     }
 }
 
@@ -391,5 +402,34 @@ impl<T: Elem> Backend for Cpu<T> {
         let mut data = a.data.clone();
         data.extend_from_slice(&b.data);
         Ok(CpuTensor::new(data, a.rows + b.rows, a.cols))
+    }
+
+    fn tp_size(&self) -> usize {
+        self.comm.as_ref().map_or(1, Communicator::<[T]>::world_size)
+    }
+
+    fn elem_bytes(&self) -> usize {
+        std::mem::size_of::<T>()
+    }
+
+    fn abort_handle(&self) -> Option<std::sync::Arc<dyn crate::comm::AbortHandle>> {
+        self.comm.as_ref().map(|c| Communicator::<[T]>::abort_handle(c))
+    }
+
+    fn all_reduce_sum(&self, t: &mut CpuTensor<T>) -> Result<()> {
+        match &self.comm {
+            Some(c) => c.all_reduce_sum(&mut t.data[..]),
+            None => Ok(()),
+        }
+    }
+
+    fn gather_cols_to_host(&self, t: &CpuTensor<T>) -> Result<Vec<f32>> {
+        let Some(c) = &self.comm else {
+            return Ok(widen(&t.data));
+        };
+        let w = Communicator::<[T]>::world_size(c);
+        let mut g = vec![T::default(); t.data.len() * w];
+        c.all_gather(&t.data[..], &mut g[..])?;
+        Ok(super::interleave_gathered(&widen(&g), w, t.rows, t.cols))
     }
 }

@@ -80,6 +80,8 @@ use deltakit::ops::{mlp, norm, sample};
 use half::bf16;
 
 use super::{AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch, StepKind};
+use crate::comm::nccl::NcclComm;
+use crate::comm::{AbortHandle, Communicator};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::weights::HostTensor;
@@ -203,6 +205,8 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     gemm: Gemm,
     scratch: Mutex<Scratch>,
+    /// Tensor-parallel communicator (last: dropped after every buffer above).
+    comm: Option<NcclComm>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -239,7 +243,13 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(drv)?;
         let gemm = Gemm::new(stream.clone()).map_err(dk)?;
-        Ok(Self { ordinal, ctx, stream, gemm, scratch: Mutex::new(Scratch::default()) })
+        Ok(Self { ordinal, ctx, stream, gemm, scratch: Mutex::new(Scratch::default()), comm: None })
+    }
+
+    /// Make this backend a rank of a tensor-parallel group: the row-parallel outputs are summed
+    /// and the logits gathered through `comm` (NCCL on this backend's stream).
+    pub fn set_comm(&mut self, comm: NcclComm) {
+        self.comm = Some(comm);
     }
 
     /// Parses `cuda` / `cuda:N` into the ordinal, `None` for any other device string.
@@ -840,6 +850,50 @@ impl Backend for CudaBackend {
             self.stream.memcpy_dtod(&b.v(), &mut dst).map_err(drv)?;
         }
         Ok(out)
+    }
+
+    fn tp_size(&self) -> usize {
+        self.comm.as_ref().map_or(1, Communicator::<CudaSlice<bf16>>::world_size)
+    }
+
+    fn elem_bytes(&self) -> usize {
+        2
+    }
+
+    fn abort_handle(&self) -> Option<Arc<dyn AbortHandle>> {
+        self.comm.as_ref().map(|c| Communicator::<CudaSlice<bf16>>::abort_handle(c))
+    }
+
+    fn all_reduce_sum(&self, t: &mut CudaTensor) -> Result<()> {
+        match &self.comm {
+            Some(c) if t.len() > 0 => {
+                if t.buf.len() != t.len() {
+                    return Err(err("all_reduce_sum: tensor buffer is padded".into()));
+                }
+                c.all_reduce_sum(&mut t.buf)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn gather_cols_to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
+        let Some(c) = &self.comm else {
+            return self.to_host(t);
+        };
+        let w = Communicator::<CudaSlice<bf16>>::world_size(c);
+        if t.len() == 0 {
+            return Ok(Vec::new());
+        }
+        if t.buf.len() != t.len() {
+            return Err(err("gather_cols_to_host: tensor buffer is padded".into()));
+        }
+        // SAFETY: the all-gather writes all `w * len` elements before the copy back.
+        let mut recv = unsafe { alloc_uninit::<bf16>(&self.stream, w * t.len()) }?;
+        c.all_gather(&t.buf, &mut recv)?;
+        let host = self.stream.clone_dtoh(&recv).map_err(drv)?;
+        self.stream.synchronize().map_err(drv)?;
+        let g: Vec<f32> = host.iter().map(|x| x.to_f32()).collect();
+        Ok(super::interleave_gathered(&g, w, t.rows, t.cols))
     }
 }
 

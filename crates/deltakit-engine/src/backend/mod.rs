@@ -272,4 +272,46 @@ pub trait Backend {
     /// # Errors
     /// If the column counts differ.
     fn concat_rows(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// Ranks of the backend's tensor-parallel group (1 without a communicator).
+    fn tp_size(&self) -> usize {
+        1
+    }
+
+    /// Bytes per element of weights and activations (`f32`: 4, `bf16`: 2).
+    fn elem_bytes(&self) -> usize;
+
+    /// The communicator's abort handle (`None` without a communicator).
+    fn abort_handle(&self) -> Option<std::sync::Arc<dyn crate::comm::AbortHandle>> {
+        None
+    }
+
+    /// Sum `t` over the tensor-parallel group, in place (the all-reduce after a row-parallel
+    /// layer: `out_proj`, `o_proj`, `down_proj`). Identity without a communicator.
+    ///
+    /// # Errors
+    /// [`crate::EngineError::Comm`] if the collective fails or the group was aborted.
+    fn all_reduce_sum(&self, t: &mut Self::Tensor) -> Result<()>;
+
+    /// All-gather a vocab-parallel logits tensor to the host: every rank holds `[rows, cols]`
+    /// (its vocabulary slice); returns f32 `[rows, tp * cols]` row-major with rank `r`'s columns
+    /// at `r * cols..`. Without a communicator this is [`Backend::to_host`].
+    ///
+    /// # Errors
+    /// [`crate::EngineError::Comm`] if the collective fails; device errors.
+    fn gather_cols_to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
+}
+
+/// Rearrange an all-gathered `[world, rows, cols]` buffer into `[rows, world * cols]`.
+#[must_use]
+pub fn interleave_gathered(g: &[f32], world: usize, rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; g.len()];
+    for r in 0..world {
+        for i in 0..rows {
+            let src = &g[(r * rows + i) * cols..(r * rows + i + 1) * cols];
+            out[i * world * cols + r * cols..i * world * cols + (r + 1) * cols]
+                .copy_from_slice(src);
+        }
+    }
+    out
 }

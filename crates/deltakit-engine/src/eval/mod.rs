@@ -51,7 +51,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::backend::Backend;
 use crate::error::EngineError;
 use crate::generate::{Engine, Event, FinishReason, GenOptions, Request, SamplingParams};
 use crate::tokenizer::Tokenizer;
@@ -314,8 +313,8 @@ const CHUNK_BATCHES: usize = 4;
 /// [`EvalError::Invalid`] for mismatched inputs, a zero budget/batch, or a prompt that fills the
 /// engine's maximum context; engine errors; the observer's errors. (A prompt that fits but
 /// leaves fewer than `max_tokens` tokens generates up to the context and is marked truncated.)
-pub fn evaluate<B: Backend>(
-    engine: &mut Engine<B>,
+pub fn evaluate(
+    engine: &mut Engine,
     tok: &Tokenizer,
     items: &[McItem],
     prompts: &[Vec<u32>],

@@ -7,6 +7,12 @@
 //! (`down(silu(gate(x)) * up(x))`); then `norm(h)` and the LM head (`lm_head.weight`, or the
 //! embedding table when `tie_word_embeddings`). Residual adds are fused with the following norm
 //! ([`Backend::add_rms_norm`]).
+//!
+//! Under tensor parallelism ([`Qwen35::load_shard`]) each rank holds its shard
+//! ([`crate::shard::ShardPlan`]) and runs the same forward at its local head counts: the outputs
+//! of the row-parallel layers (`out_proj`, `o_proj`, `down_proj`) are summed over the ranks
+//! ([`Backend::all_reduce_sum`]) before the residual add, and the LM head produces this rank's
+//! vocabulary slice of the logits (gathered by [`Backend::gather_cols_to_host`]).
 
 use std::collections::HashMap;
 
@@ -15,6 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::backend::{AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch};
 use crate::config::{LayerType, ModelConfig};
 use crate::error::{EngineError, Result};
+use crate::shard::ShardPlan;
 use crate::weights::{expected_tensors, WeightSource};
 
 /// Token mixer weights of one layer.
@@ -46,14 +53,22 @@ pub struct ModelCaches<B: Backend> {
     pub kv: Vec<B::KvCache>,
 }
 
-/// A loaded Qwen3.5 text model on backend `B`.
+/// A loaded Qwen3.5 text model (or one rank's shard of it) on backend `B`.
 pub struct Qwen35<B: Backend> {
     cfg: ModelConfig,
+    /// This rank's dims ([`ShardPlan::local_config`]; equal to `cfg` at TP = 1).
+    local: ModelConfig,
+    plan: ShardPlan,
     embed: B::Tensor,
     layers: Vec<Layer<B::Tensor>>,
     final_norm: B::Tensor,
-    /// `None`: tied to `embed`.
+    /// `None`: tied to `embed` (TP = 1 only; a sharded tied head is its own vocabulary slice).
     lm_head: Option<B::Tensor>,
+    /// Bytes of the weights this rank holds (element count x the backend's element size is the
+    /// caller's business: this is the element count).
+    params: usize,
+    /// Largest host tensor the loader materialized (f32 bytes).
+    peak_staging: u64,
 }
 
 /// What logits a forward step returns.
@@ -77,6 +92,23 @@ impl<B: Backend> Qwen35<B> {
         src: &mut dyn WeightSource,
         progress: bool,
     ) -> Result<Self> {
+        Self::load_shard(be, cfg, &ShardPlan::new(cfg, 1, 0)?, src, progress)
+    }
+
+    /// Load rank `plan.rank`'s shard of the model (see [`ShardPlan`]): every tensor is read
+    /// through [`WeightSource::get_part`], so a rank never materializes rows or columns it does
+    /// not keep (replicated tensors are read whole).
+    ///
+    /// # Errors
+    /// As [`Qwen35::load`].
+    #[allow(clippy::too_many_lines)]
+    pub fn load_shard(
+        be: &B,
+        cfg: &ModelConfig,
+        plan: &ShardPlan,
+        src: &mut dyn WeightSource,
+        progress: bool,
+    ) -> Result<Self> {
         let expected = expected_tensors(cfg);
         let total: u64 = expected.iter().map(|(_, s, _)| s.iter().product::<usize>() as u64).sum();
         let bar = if progress {
@@ -94,11 +126,29 @@ impl<B: Backend> Qwen35<B> {
             ProgressBar::hidden()
         };
         let mut t: HashMap<String, B::Tensor> = HashMap::with_capacity(expected.len());
+        let mut params = 0usize;
+        let mut peak_staging = 0u64;
         for (name, shape, init) in &expected {
-            let host = src.get(name, shape, *init)?;
+            let part = plan.part(cfg, name)?;
+            let host = src.get_part(name, shape, &part, *init)?;
+            params += host.data.len();
+            peak_staging = peak_staging.max(host.data.len() as u64 * 4);
             t.insert(name.clone(), be.upload(&host)?);
             bar.inc(shape.iter().product::<usize>() as u64);
         }
+        // A tied LM head under TP: this rank's vocabulary rows of the embedding, uploaded on
+        // their own (the embedding itself stays replicated).
+        let tied_shard = if cfg.tie_word_embeddings && plan.tp > 1 {
+            let p = cfg.arch.weight_prefix();
+            let name = format!("{p}embed_tokens.weight");
+            let shape = [cfg.vocab_size, cfg.hidden_size];
+            let host =
+                src.get_part(&name, &shape, &plan.lm_head_part(), crate::weights::Init::Embedding)?;
+            params += host.data.len();
+            Some(be.upload(&host)?)
+        } else {
+            None
+        };
         bar.finish_and_clear();
         let mut take = |name: String| -> Result<B::Tensor> {
             t.remove(&name).ok_or_else(|| EngineError::Weights(format!("tensor `{name}` missing")))
@@ -156,8 +206,36 @@ impl<B: Backend> Qwen35<B> {
         }
         let final_norm = take(format!("{p}norm.weight"))?;
         let lm_head =
-            if cfg.tie_word_embeddings { None } else { Some(take("lm_head.weight".into())?) };
-        Ok(Self { cfg: cfg.clone(), embed, layers, final_norm, lm_head })
+            if cfg.tie_word_embeddings { tied_shard } else { Some(take("lm_head.weight".into())?) };
+        Ok(Self {
+            cfg: cfg.clone(),
+            local: plan.local_config(cfg),
+            plan: plan.clone(),
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            params,
+            peak_staging,
+        })
+    }
+
+    /// Largest host tensor (f32 bytes) the loader materialized for this rank.
+    #[must_use]
+    pub fn peak_staging_bytes(&self) -> u64 {
+        self.peak_staging
+    }
+
+    /// This rank's shard plan (rank 0 of 1 for an unsharded model).
+    #[must_use]
+    pub fn plan(&self) -> &ShardPlan {
+        &self.plan
+    }
+
+    /// Elements of the weights this rank holds (its shard plus the replicated tensors).
+    #[must_use]
+    pub fn local_params(&self) -> usize {
+        self.params
     }
 
     /// The model's configuration.
@@ -166,10 +244,10 @@ impl<B: Backend> Qwen35<B> {
         &self.cfg
     }
 
-    /// GDN dims of this model's linear-attention layers.
+    /// GDN dims of this model's linear-attention layers (this rank's head counts).
     #[must_use]
     pub fn gdn_dims(&self) -> GdnDims {
-        let c = &self.cfg;
+        let c = &self.local;
         GdnDims {
             h_k: c.linear_num_key_heads,
             h_v: c.linear_num_value_heads,
@@ -180,10 +258,11 @@ impl<B: Backend> Qwen35<B> {
         }
     }
 
-    /// Attention dims of this model's full-attention layers with `page_size`-token KV pages.
+    /// Attention dims of this model's full-attention layers with `page_size`-token KV pages
+    /// (this rank's head counts).
     #[must_use]
     pub fn attn_dims(&self, page_size: usize) -> AttnDims {
-        let c = &self.cfg;
+        let c = &self.local;
         AttnDims {
             n_q_heads: c.num_attention_heads,
             n_kv_heads: c.num_key_value_heads,
@@ -216,8 +295,8 @@ impl<B: Backend> Qwen35<B> {
     }
 
     /// One forward step over the batch's new tokens `ids` (`[T]`, packed as `batch.cu_seqlens`
-    /// says), updating every layer's state / cache, returning logits `[rows, vocab]` for the
-    /// requested rows.
+    /// says), updating every layer's state / cache, returning logits `[rows, vocab / tp]` (this
+    /// rank's vocabulary slice; the whole row at TP = 1) for the requested rows.
     ///
     /// # Errors
     /// [`EngineError::Request`] for a token id outside the vocabulary or an id count that does
@@ -230,6 +309,25 @@ impl<B: Backend> Qwen35<B> {
         caches: &mut ModelCaches<B>,
         rows: LogitsRows<'_>,
         page_size: usize,
+    ) -> Result<B::Tensor> {
+        self.forward_with(be, ids, batch, caches, rows, page_size, &mut |_| Ok(()))
+    }
+
+    /// [`Qwen35::forward`] with `before_layer(i)` called before layer `i` runs (fault injection
+    /// in the tensor-parallel tests; an error from it ends the step).
+    ///
+    /// # Errors
+    /// As [`Qwen35::forward`], and whatever `before_layer` returns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_with(
+        &self,
+        be: &B,
+        ids: &[u32],
+        batch: &StepBatch,
+        caches: &mut ModelCaches<B>,
+        rows: LogitsRows<'_>,
+        page_size: usize,
+        before_layer: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<B::Tensor> {
         if ids.len() != batch.num_tokens() {
             return Err(EngineError::Request(format!(
@@ -252,6 +350,7 @@ impl<B: Backend> Qwen35<B> {
         };
         let mut x = be.rms_norm(&residual, &first.input_norm, eps)?;
         for (i, layer) in self.layers.iter().enumerate() {
+            before_layer(i)?;
             let mixed = match &layer.mixer {
                 Mixer::Gdn { in_qkv, in_z, in_b, in_a, mix, out_proj, state } => {
                     let qkv = be.linear(&x, in_qkv)?;
@@ -262,7 +361,9 @@ impl<B: Backend> Qwen35<B> {
                         EngineError::Config(format!("no GDN state for layer {i}"))
                     })?;
                     let o = be.gdn_mix(&qkv, &z, &b, &a, mix, gd, batch, st)?;
-                    be.linear(&o, out_proj)?
+                    let mut out = be.linear(&o, out_proj)?;
+                    be.all_reduce_sum(&mut out)?;
+                    out
                 }
                 Mixer::Attn { q_proj, k_proj, v_proj, o_proj, core, cache } => {
                     let q = be.linear(&x, q_proj)?;
@@ -273,12 +374,15 @@ impl<B: Backend> Qwen35<B> {
                         .get_mut(*cache)
                         .ok_or_else(|| EngineError::Config(format!("no KV cache for layer {i}")))?;
                     let o = be.attention(&q, &k, &v, core, ad, batch, kv)?;
-                    be.linear(&o, o_proj)?
+                    let mut out = be.linear(&o, o_proj)?;
+                    be.all_reduce_sum(&mut out)?;
+                    out
                 }
             };
             let h = be.add_rms_norm(&mixed, &mut residual, &layer.post_norm, eps)?;
             let act = be.silu_and_mul(&be.linear(&h, &layer.gate_up)?)?;
-            let mlp = be.linear(&act, &layer.down)?;
+            let mut mlp = be.linear(&act, &layer.down)?;
+            be.all_reduce_sum(&mut mlp)?;
             let next_norm = self.layers.get(i + 1).map_or(&self.final_norm, |l| &l.input_norm);
             x = be.add_rms_norm(&mlp, &mut residual, next_norm, eps)?;
         }

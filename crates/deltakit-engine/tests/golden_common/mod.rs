@@ -11,13 +11,13 @@
 // Each test crate uses a subset.
 #![allow(dead_code)]
 
-use deltakit_engine::backend::Backend;
 use deltakit_engine::generate::{
     Engine, GenOptions, Request, SamplingParams, SeqId, StepItem, Want,
 };
 
-/// The fixtures of `tools/make_fixtures.py`.
-pub const FIXTURES: [&str; 3] = ["tiny-causal", "tiny-cond", "tiny-tied"];
+/// The fixtures of `tools/make_fixtures.py` (`tiny-trained`: the trained bundled model of
+/// `tools/train_tiny.py`, goldens by `make_fixtures.py --trained`).
+pub const FIXTURES: [&str; 4] = ["tiny-causal", "tiny-cond", "tiny-tied", "tiny-trained"];
 
 /// One expected row: top-k `(id, logprob)` best first, and the top-2 gap.
 #[derive(Debug, Clone)]
@@ -181,16 +181,10 @@ impl Score {
 }
 
 /// Builds an engine with `seqs` slots and `page_size`-token KV pages.
-pub type Maker<'a, B> = &'a dyn Fn(usize, usize) -> Engine<B>;
+pub type Maker<'a> = &'a dyn Fn(usize, usize) -> Engine;
 
 /// Feed case `c` through sequence `s` in chunks of `chunk` tokens, checking every row.
-pub fn run_chunked<B: Backend>(
-    e: &mut Engine<B>,
-    s: SeqId,
-    c: &Case,
-    chunk: usize,
-    sc: &mut Score,
-) {
+pub fn run_chunked(e: &mut Engine, s: SeqId, c: &Case, chunk: usize, sc: &mut Score) {
     let seq = c.sequence();
     let mut pos = 0;
     while pos < seq.len() {
@@ -225,12 +219,7 @@ pub fn report(gate: &str, arm: &str, sc: &Score) {
     assert!(sc.rows > 0);
 }
 
-pub fn arm_single_prefill_then_decode<B: Backend>(
-    gate: &str,
-    cases: &[Case],
-    tol: Tol,
-    engine: Maker<'_, B>,
-) {
+pub fn arm_single_prefill_then_decode(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_>) {
     let mut e = engine(1, 16);
     let mut sc = Score::new(tol);
     for c in cases {
@@ -249,7 +238,7 @@ pub fn arm_single_prefill_then_decode<B: Backend>(
     assert_eq!(e.num_sequences(), 0);
 }
 
-pub fn arm_chunked<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_, B>) {
+pub fn arm_chunked(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_>) {
     for chunk in [1, 7, 64] {
         let mut e = engine(1, 4);
         let mut sc = Score::new(tol);
@@ -262,7 +251,7 @@ pub fn arm_chunked<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Mak
     }
 }
 
-pub fn arm_batch<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_, B>) {
+pub fn arm_batch(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_>) {
     let mut e = engine(cases.len(), 16);
     let mut sc = Score::new(tol);
     let seqs: Vec<SeqId> = cases.iter().map(|_| e.add_sequence().unwrap()).collect();
@@ -297,7 +286,7 @@ pub fn arm_batch<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Maker
 
 /// Sequences join at different times: step `k` feeds sequence `j` (started at step `3j`) its
 /// next 1..=3 tokens, so prefill chunks and single tokens of different sequences share steps.
-pub fn arm_staggered<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_, B>) {
+pub fn arm_staggered(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_>) {
     let mut e = engine(cases.len(), 8);
     let mut sc = Score::new(tol);
     let seqs: Vec<Vec<u32>> = cases.iter().map(Case::sequence).collect();
@@ -343,7 +332,7 @@ pub fn arm_staggered<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: M
 }
 
 /// The real scheduler (greedy, chunked prefill of 5, more requests than slots).
-pub fn arm_generate<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_, B>) {
+pub fn arm_generate(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_>) {
     let mut e = engine(2, 16); // 3 requests, 2 slots: the third waits for a free slot
     let reqs: Vec<Request> = cases
         .iter()
@@ -392,7 +381,7 @@ pub fn arm_generate<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Ma
 /// Max |delta logprob| of engine `e` against the expected rows of `cases`, each case's whole
 /// sequence teacher-forced in one prefill (no tolerance: a measurement, e.g. how far HF's bf16
 /// goldens are from the f32 engine): `(max, mean row max)`.
-pub fn delta_teacher_forced<B: Backend>(e: &mut Engine<B>, cases: &[Case]) -> (f64, f64) {
+pub fn delta_teacher_forced(e: &mut Engine, cases: &[Case]) -> (f64, f64) {
     let mut sc = Score::new(Tol {
         logprob: f64::INFINITY,
         mean_logprob: f64::INFINITY,
@@ -408,7 +397,7 @@ pub fn delta_teacher_forced<B: Backend>(e: &mut Engine<B>, cases: &[Case]) -> (f
 }
 
 /// Every arm.
-pub fn all_arms<B: Backend>(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_, B>) {
+pub fn all_arms(gate: &str, cases: &[Case], tol: Tol, engine: Maker<'_>) {
     arm_single_prefill_then_decode(gate, cases, tol, engine);
     arm_chunked(gate, cases, tol, engine);
     arm_batch(gate, cases, tol, engine);

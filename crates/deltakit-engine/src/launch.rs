@@ -1,0 +1,221 @@
+//! Building engines: a model directory or config -> shard plans -> ranks (single device, or an
+//! [`crate::executor::Executor`] of `tp` rank threads) -> [`Engine`]. The CLI and the tests
+//! start here.
+
+use crate::generate::Engine;
+
+/// Where the weights come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A checkpoint directory (each rank maps it and reads only its shards).
+    Dir(std::path::PathBuf),
+    /// Seeded dummy weights for a config ([`crate::weights::DummyWeights`]).
+    Dummy(crate::config::ModelConfig, u64),
+}
+
+impl Source {
+    /// The model config of the source.
+    ///
+    /// # Errors
+    /// Config errors.
+    pub fn config(&self) -> crate::error::Result<crate::config::ModelConfig> {
+        match self {
+            Source::Dir(d) => crate::config::ModelConfig::from_path(d),
+            Source::Dummy(c, _) => Ok(c.clone()),
+        }
+    }
+
+    /// A fresh weight source (opened per rank).
+    ///
+    /// # Errors
+    /// Checkpoint open errors.
+    pub fn open(&self) -> crate::error::Result<Box<dyn crate::weights::WeightSource>> {
+        Ok(match self {
+            Source::Dir(d) => Box::new(crate::weights::SafetensorsWeights::open(d)?),
+            Source::Dummy(_, seed) => Box::new(crate::weights::DummyWeights::new(*seed)),
+        })
+    }
+}
+
+/// Options of the tensor-parallel builders.
+#[derive(Clone, Debug, Default)]
+pub struct TpOptions {
+    /// Executor settings (watchdog).
+    pub executor: crate::executor::ExecutorOptions,
+    /// Fault injection: `(rank, fault)` (fault tests only).
+    pub fault: Option<(usize, crate::rank::Fault)>,
+    /// Show a loading progress bar (rank 0).
+    pub progress: bool,
+}
+
+/// CPU engine builders: single device ([`cpu::load`], [`cpu::dummy`]) and tensor-parallel over
+/// in-process rank threads ([`cpu::tensor_parallel`]).
+pub mod cpu {
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+
+    use deltakit_ref::Elem;
+
+    use super::{Engine, Source, TpOptions};
+    use crate::backend::cpu::{Cpu, CpuBackend};
+    use crate::comm::{Communicator, CpuComm};
+    use crate::config::ModelConfig;
+    use crate::error::{EngineError, Result};
+    use crate::executor::{Executor, RankFactory, RankWorker};
+    use crate::model::Qwen35;
+    use crate::rank::Rank;
+    use crate::shard::ShardPlan;
+    use crate::state::CacheConfig;
+    use crate::weights::{DummyWeights, SafetensorsWeights};
+
+    /// Load `dir` (config.json + safetensors) onto the f32 CPU backend.
+    ///
+    /// # Errors
+    /// Config, weights and allocation errors.
+    pub fn load(dir: &Path, cache: CacheConfig, progress: bool) -> Result<Engine> {
+        load_as::<f32>(dir, cache, progress)
+    }
+
+    /// Load `dir` onto the CPU backend with activation dtype `T` (`f32` or `bf16`).
+    ///
+    /// # Errors
+    /// Config, weights and allocation errors.
+    pub fn load_as<T: Elem>(dir: &Path, cache: CacheConfig, progress: bool) -> Result<Engine> {
+        let cfg = ModelConfig::from_path(dir)?;
+        let mut src = SafetensorsWeights::open(dir)?;
+        let model = Qwen35::load(&Cpu::<T>::new(), &cfg, &mut src, progress)?;
+        Engine::new(Cpu::<T>::new(), model, cache)
+    }
+
+    /// Seeded dummy weights for `cfg` on the f32 CPU backend.
+    ///
+    /// # Errors
+    /// Allocation errors.
+    pub fn dummy(cfg: &ModelConfig, seed: u64, cache: CacheConfig) -> Result<Engine> {
+        let model = Qwen35::load(&CpuBackend::new(), cfg, &mut DummyWeights::new(seed), false)?;
+        Engine::new(CpuBackend::new(), model, cache)
+    }
+
+    /// A `tp`-rank CPU engine with activation dtype `T`: one thread per rank, in-process
+    /// [`CpuComm`] collectives, every rank loading only its shard. The counts that must divide
+    /// are checked before any thread starts.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] naming an indivisible count; load and allocation errors of any
+    /// rank.
+    pub fn tensor_parallel<T: Elem + Send + 'static>(
+        src: Source,
+        tp: usize,
+        cache: CacheConfig,
+        opts: &TpOptions,
+    ) -> Result<Engine> {
+        let cfg = src.config()?;
+        ShardPlan::check(&cfg, tp)?;
+        let comms: Arc<Mutex<Vec<Option<CpuComm>>>> =
+            Arc::new(Mutex::new(CpuComm::group(tp).into_iter().map(Some).collect()));
+        let fault = opts.fault.clone();
+        let progress = opts.progress;
+        let factory: RankFactory = Arc::new(move |rank| {
+            let comm = comms
+                .lock()
+                .map_err(|_| EngineError::Comm("communicator list poisoned".into()))?
+                .get_mut(rank)
+                .and_then(Option::take)
+                .ok_or_else(|| EngineError::Comm(format!("no communicator for rank {rank}")))?;
+            let abort = Communicator::<[T]>::abort_handle(&comm);
+            let be = Cpu::<T>::with_comm(comm);
+            let plan = ShardPlan::new(&cfg, tp, rank)?;
+            let mut weights = src.open()?;
+            let model =
+                Qwen35::load_shard(&be, &cfg, &plan, weights.as_mut(), progress && rank == 0)?;
+            let mut r = Rank::new(be, model, cache)?;
+            if let Some((fr, f)) = &fault {
+                if *fr == rank {
+                    r.set_fault(Some(f.clone()));
+                }
+            }
+            Ok(RankWorker { runner: Box::new(r), abort: Some(abort) })
+        });
+        let ex = Executor::start(tp, &factory, opts.executor)?;
+        Engine::from_runner(Box::new(ex), cache)
+    }
+}
+
+/// CUDA engine builders (feature `cuda`).
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    use std::sync::Arc;
+
+    use super::{Engine, Source, TpOptions};
+    use crate::backend::cuda::CudaBackend;
+    use crate::comm::nccl::{NcclComm, NcclId};
+    use crate::error::{EngineError, Result};
+    use crate::executor::{Executor, RankFactory, RankWorker};
+    use crate::model::Qwen35;
+    use crate::rank::Rank;
+    use crate::shard::ShardPlan;
+    use crate::state::CacheConfig;
+
+    /// A single-GPU engine on `cuda:ordinal` (no executor, no communicator).
+    ///
+    /// # Errors
+    /// Unsupported shapes (before any weight is read), device, load and allocation errors.
+    pub fn single(
+        src: &Source,
+        ordinal: usize,
+        cache: CacheConfig,
+        progress: bool,
+    ) -> Result<Engine> {
+        let cfg = src.config()?;
+        CudaBackend::check_model(&cfg)?;
+        let be = CudaBackend::new(ordinal)?;
+        let model = Qwen35::load(&be, &cfg, src.open()?.as_mut(), progress)?;
+        Engine::new(be, model, cache)
+    }
+
+    /// A tensor-parallel GPU engine over `devices` (rank `r` on `cuda:devices[r]`, `tp =
+    /// devices.len()`), NCCL collectives; works for `tp = 1` (a one-rank communicator is valid
+    /// NCCL). The NCCL unique id is made once here; each rank thread binds its context, creates
+    /// its backend, calls `ncclCommInitRank`, and loads its shard.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for an indivisible count or an empty device list; unsupported
+    /// shapes; NCCL, device, load and allocation errors of any rank.
+    pub fn tensor_parallel(
+        src: Source,
+        devices: &[usize],
+        cache: CacheConfig,
+        opts: &TpOptions,
+    ) -> Result<Engine> {
+        let tp = devices.len();
+        if tp == 0 {
+            return Err(EngineError::Config("no CUDA devices given for the ranks".into()));
+        }
+        let cfg = src.config()?;
+        ShardPlan::check(&cfg, tp)?;
+        for r in 0..tp {
+            CudaBackend::check_model(&ShardPlan::new(&cfg, tp, r)?.local_config(&cfg))?;
+        }
+        let id = NcclId::new()?;
+        let devices = devices.to_vec();
+        let (fault, progress) = (opts.fault.clone(), opts.progress);
+        let factory: RankFactory = Arc::new(move |rank| {
+            let mut be = CudaBackend::new(devices[rank])?;
+            let comm = NcclComm::from_rank(be.stream().clone(), rank, tp, id)?;
+            be.set_comm(comm);
+            let abort = crate::backend::Backend::abort_handle(&be);
+            let plan = ShardPlan::new(&cfg, tp, rank)?;
+            let model =
+                Qwen35::load_shard(&be, &cfg, &plan, src.open()?.as_mut(), progress && rank == 0)?;
+            let mut r = Rank::new(be, model, cache)?;
+            if let Some((fr, f)) = &fault {
+                if *fr == rank {
+                    r.set_fault(Some(f.clone()));
+                }
+            }
+            Ok(RankWorker { runner: Box::new(r), abort })
+        });
+        let ex = Executor::start(tp, &factory, opts.executor)?;
+        Engine::from_runner(Box::new(ex), cache)
+    }
+}
