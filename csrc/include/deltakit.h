@@ -40,6 +40,7 @@ int dk_last_cuda_error(void);
 #include "mlp.h"
 #include "attn.h"
 #include "sample.h"
+#include "init.h"
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@ pub mod attn;
 pub mod conv1d;
 pub mod gdr;
 pub mod gemm;
+pub mod init;
 pub mod mlp;
 pub mod norm;
 pub mod sample;

@@ -42,6 +42,7 @@
 //! | `sample.argmax` | [`sample::argmax`] | greedy `argmax` (ties -> lowest id) |
 //! | `sample.topk_logprobs` | [`sample::topk_logprobs`] | `log_softmax` + top-k (ties -> lower id) |
 //! | `sample.top_p` | [`sample::top_p_sample`] | seeded temperature / top-p sampling (integer-exact nucleus) |
+//! | `init.dummy` | [`init::dummy`] | seeded dummy weights (counter-based splitmix64; no HF counterpart) |
 #![forbid(unsafe_code)]
 
 pub mod attn;
@@ -50,6 +51,7 @@ pub mod conv1d;
 pub mod dtype;
 pub mod error;
 pub mod gdr;
+pub mod init;
 pub mod mlp;
 pub mod norm;
 pub mod sample;
