@@ -31,6 +31,7 @@ use crate::comm::AbortHandle;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::rank::{RankReport, StepRunner, WantRows};
+use crate::sampling::{RowSampling, Sampled};
 
 /// Executor settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,14 +61,21 @@ pub type RankFactory = Arc<dyn Fn(usize) -> Result<RankWorker> + Send + Sync>;
 
 enum Cmd {
     Step { ids: Arc<Vec<u32>>, batch: Arc<StepBatch>, rows: Arc<WantRows> },
+    Decode { ids: Arc<Vec<u32>>, batch: Arc<StepBatch>, rows: Arc<Vec<RowSampling>> },
     Reset(usize),
     Stop,
 }
 
+/// What a rank sends back (rank 0's results; other ranks send [`Out::Nothing`]).
+enum Out {
+    Nothing,
+    Logits(Vec<f32>),
+    Sampled(Vec<Sampled>),
+}
+
 struct Reply {
     rank: usize,
-    /// Step: rank 0's logits (other ranks send an empty vector).
-    result: Result<Vec<f32>>,
+    result: Result<Out>,
 }
 
 /// What a rank reports once built: config, backend name, memory, abort handle.
@@ -102,27 +110,22 @@ fn panic_msg(p: &(dyn std::any::Any + Send)) -> String {
 fn rank_loop(rank: usize, worker: RankWorker, cmds: &Receiver<Cmd>, replies: &Sender<Reply>) {
     let mut runner = worker.runner;
     while let Ok(cmd) = cmds.recv() {
+        let run = |f: &mut dyn FnMut() -> Result<Out>| -> Result<Out> {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+                Err(EngineError::Rank { rank, msg: format!("panicked: {}", panic_msg(&*p)) })
+            })
+        };
         let result = match cmd {
             Cmd::Stop => break,
-            Cmd::Step { ids, batch, rows } => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    runner.step(&ids, &batch, &rows)
-                }))
-                .unwrap_or_else(|p| {
-                    Err(EngineError::Rank { rank, msg: format!("panicked: {}", panic_msg(&*p)) })
-                })
-                .map(|v| if rank == 0 { v } else { Vec::new() })
-            }
-            Cmd::Reset(slot) => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.reset_slot(slot)))
-                    .unwrap_or_else(|p| {
-                        Err(EngineError::Rank {
-                            rank,
-                            msg: format!("panicked: {}", panic_msg(&*p)),
-                        })
-                    })
-                    .map(|()| Vec::new())
-            }
+            Cmd::Step { ids, batch, rows } => run(&mut || {
+                let v = runner.step(&ids, &batch, &rows)?;
+                Ok(if rank == 0 { Out::Logits(v) } else { Out::Nothing })
+            }),
+            Cmd::Decode { ids, batch, rows } => run(&mut || {
+                let v = runner.decode_sample(&ids, &batch, &rows)?;
+                Ok(if rank == 0 { Out::Sampled(v) } else { Out::Nothing })
+            }),
+            Cmd::Reset(slot) => run(&mut || runner.reset_slot(slot).map(|()| Out::Nothing)),
         };
         if replies.send(Reply { rank, result }).is_err() {
             break;
@@ -275,7 +278,7 @@ impl Executor {
     }
 
     /// Send `make()` to every rank, then collect one reply per rank within the watchdog time.
-    fn broadcast(&mut self, make: &dyn Fn() -> Cmd) -> Result<Vec<f32>> {
+    fn broadcast(&mut self, make: &dyn Fn() -> Cmd) -> Result<Out> {
         self.refuse()?;
         for (rank, tx) in self.cmds.iter().enumerate() {
             if tx.send(make()).is_err() {
@@ -351,7 +354,34 @@ impl StepRunner for Executor {
     fn step(&mut self, ids: &[u32], batch: &StepBatch, rows: &WantRows) -> Result<Vec<f32>> {
         let (ids, batch, rows) =
             (Arc::new(ids.to_vec()), Arc::new(batch.clone()), Arc::new(rows.clone()));
-        self.broadcast(&|| Cmd::Step { ids: ids.clone(), batch: batch.clone(), rows: rows.clone() })
+        match self.broadcast(&|| Cmd::Step {
+            ids: ids.clone(),
+            batch: batch.clone(),
+            rows: rows.clone(),
+        })? {
+            Out::Logits(v) => Ok(v),
+            _ => Err(EngineError::Rank { rank: 0, msg: "unexpected reply to a step".into() }),
+        }
+    }
+
+    fn decode_sample(
+        &mut self,
+        ids: &[u32],
+        batch: &StepBatch,
+        rows: &[RowSampling],
+    ) -> Result<Vec<Sampled>> {
+        let (ids, batch, rows) =
+            (Arc::new(ids.to_vec()), Arc::new(batch.clone()), Arc::new(rows.to_vec()));
+        match self.broadcast(&|| Cmd::Decode {
+            ids: ids.clone(),
+            batch: batch.clone(),
+            rows: rows.clone(),
+        })? {
+            Out::Sampled(v) => Ok(v),
+            _ => {
+                Err(EngineError::Rank { rank: 0, msg: "unexpected reply to a decode step".into() })
+            }
+        }
     }
 
     fn reset_slot(&mut self, slot: usize) -> Result<()> {

@@ -20,17 +20,14 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-use rayon::prelude::*;
-
 use crate::backend::{Backend, StepBatch, StepKind};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::model::Qwen35;
 use crate::rank::{Rank, RankReport, StepRunner, WantRows};
-use crate::sampling::Pick;
-pub use crate::sampling::{sample_token, topk_logprobs, SamplingParams, TopK};
+pub use crate::sampling::{
+    sample_row, sample_token, topk_logprobs, RowSampling, Sampled, SamplingParams, TopK,
+};
 use crate::state::{CacheConfig, SeqState, StatePool};
 
 /// Handle of a sequence open in an [`Engine`].
@@ -183,6 +180,67 @@ impl Engine {
     /// sequence growing past the maximum context; [`EngineError::Capacity`] if the KV pages run
     /// out (nothing is run then); backend errors.
     pub fn step(&mut self, items: &[StepItem<'_>]) -> Result<StepLogits> {
+        let (ids, batch, want_rows, ranges) = self.prepare(items)?;
+        let vocab = self.config().vocab_size;
+        let rows = if want_rows.is_empty() {
+            // Still run the layers (state update); skip the LM head.
+            WantRows::Nothing
+        } else if want_rows.len() == ids.len() {
+            WantRows::All
+        } else {
+            WantRows::Rows(want_rows)
+        };
+        let data = self.runner.step(&ids, &batch, &rows)?;
+        self.advance(items);
+        Ok(StepLogits { vocab, data, rows: ranges })
+    }
+
+    /// One batched decode step (every item exactly one new token on a non-empty history) that
+    /// samples on the runner's device: only the chosen tokens, their log-probabilities and the
+    /// requested top-K lists come back. Row `i` is sampled per `sampling[i]` (the same semantics
+    /// on every backend, [`crate::sampling`]).
+    ///
+    /// # Errors
+    /// As [`Engine::step`], and [`EngineError::Request`] if an item is not a decode row or the
+    /// sampling list's length differs.
+    pub fn decode_sample(
+        &mut self,
+        items: &[StepItem<'_>],
+        sampling: &[RowSampling],
+    ) -> Result<Vec<Sampled>> {
+        if sampling.len() != items.len() {
+            return Err(EngineError::Request(format!(
+                "{} sampling rows for {} items",
+                sampling.len(),
+                items.len()
+            )));
+        }
+        let (ids, batch, _, _) = self.prepare(items)?;
+        if batch.kind != StepKind::Decode {
+            return Err(EngineError::Request(
+                "decode_sample needs one new token per sequence on a non-empty history".into(),
+            ));
+        }
+        let out = self.runner.decode_sample(&ids, &batch, sampling)?;
+        self.advance(items);
+        Ok(out)
+    }
+
+    fn advance(&mut self, items: &[StepItem<'_>]) {
+        for it in items {
+            if let Some(st) = self.seqs.get_mut(&it.seq) {
+                st.len += it.tokens.len();
+            }
+        }
+    }
+
+    /// Validate a step's items, reserve their KV pages and build the batch description:
+    /// `(ids, batch, wanted rows, row range per item)`.
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        &mut self,
+        items: &[StepItem<'_>],
+    ) -> Result<(Vec<u32>, StepBatch, Vec<usize>, Vec<Range<usize>>)> {
         if items.is_empty() {
             return Err(EngineError::Request("empty step".into()));
         }
@@ -258,22 +316,7 @@ impl Engine {
             }
             ranges.push(r0..want_rows.len());
         }
-        let vocab = self.config().vocab_size;
-        let rows = if want_rows.is_empty() {
-            // Still run the layers (state update); skip the LM head.
-            WantRows::Nothing
-        } else if want_rows.len() == ids.len() {
-            WantRows::All
-        } else {
-            WantRows::Rows(want_rows)
-        };
-        let data = self.runner.step(&ids, &batch, &rows)?;
-        for it in items {
-            if let Some(st) = self.seqs.get_mut(&it.seq) {
-                st.len += it.tokens.len();
-            }
-        }
-        Ok(StepLogits { vocab, data, rows: ranges })
+        Ok((ids, batch, want_rows, ranges))
     }
 }
 
@@ -434,7 +477,6 @@ struct Running {
     seq: Option<SeqId>,
     prefilled: usize,
     out: Vec<u32>,
-    rng: StdRng,
     done: Option<FinishReason>,
     ttft: Duration,
 }
@@ -489,7 +531,6 @@ impl Engine {
                 seq: None,
                 prefilled: 0,
                 out: Vec::new(),
-                rng: StdRng::seed_from_u64(r.params.seed),
                 done: if r.params.max_tokens == 0 { Some(FinishReason::Length) } else { None },
                 ttft: Duration::ZERO,
             })
@@ -516,17 +557,18 @@ impl Engine {
         Ok((completions, stats))
     }
 
-    /// Emit the sampled token ([`Pick`]), record it, and decide whether the request is done.
+    /// Emit the sampled token, record it, and decide whether the request is done.
     fn accept(
         r: &mut Running,
         req: &Request,
         i: usize,
-        pick: Pick,
+        pick: Sampled,
         seq_len: usize,
         max_ctx: usize,
         on_event: &mut dyn FnMut(Event),
     ) {
-        let Pick { token: tok, logprob: lp, topk } = pick;
+        let Sampled { token: tok, logprob: lp, topk } = pick;
+        let topk = req.params.logprobs.map(|_| topk);
         on_event(Event::Token { req: i, index: r.out.len(), token: tok, logprob: lp, topk });
         r.out.push(tok);
         r.done = if req.params.stop_tokens.contains(&tok) {
@@ -627,7 +669,7 @@ impl Engine {
                         let seq_len = run[i].prefilled;
                         run[i].ttft = t0.elapsed();
                         let pick =
-                            Pick::new(logits.row(last), &requests[i].params, &mut run[i].rng)?;
+                            sample_row(logits.row(last), &RowSampling::of(&requests[i].params, 0))?;
                         Self::accept(
                             &mut run[i],
                             &requests[i],
@@ -663,27 +705,16 @@ impl Engine {
                 let seq = run[i].seq.ok_or_else(|| EngineError::Request("no seq".into()))?;
                 items.push(StepItem { seq, tokens: &toks[k], want: Want::Last });
             }
-            let logits = self.step(&items)?;
-            // Sample every row in parallel (each request owns its RNG, so the draws do not
-            // depend on the thread count), then emit the events in row order.
-            let picks: Vec<Result<Pick>> = {
-                let rngs: Vec<&mut StdRng> = run
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(i, _)| active.binary_search(i).is_ok())
-                    .map(|(_, r)| &mut r.rng)
-                    .collect();
-                rngs.into_par_iter()
-                    .zip(active.par_iter())
-                    .enumerate()
-                    .map(|(k, (rng, &i))| {
-                        Pick::new(logits.row(logits.rows[k].start), &requests[i].params, rng)
-                    })
-                    .collect()
-            };
+            // Sampling runs where the logits are (the device for CUDA ranks); only tokens,
+            // their log-probabilities and requested top-K lists come back.
+            let rows: Vec<RowSampling> = active
+                .iter()
+                .map(|&i| RowSampling::of(&requests[i].params, run[i].out.len() as u64))
+                .collect();
+            let picks = self.decode_sample(&items, &rows)?;
             for ((k, &i), pick) in active.iter().enumerate().zip(picks) {
                 let seq_len = self.seq_len(items[k].seq).unwrap_or(0);
-                Self::accept(&mut run[i], &requests[i], i, pick?, seq_len, max_ctx, on_event);
+                Self::accept(&mut run[i], &requests[i], i, pick, seq_len, max_ctx, on_event);
             }
             stats.decode_tokens += active.len();
             stats.decode_steps += 1;

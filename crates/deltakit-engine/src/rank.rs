@@ -17,6 +17,7 @@ use crate::comm::AbortHandle;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::model::{LogitsRows, ModelCaches, Qwen35};
+use crate::sampling::{sample_row, RowSampling, Sampled};
 use crate::state::CacheConfig;
 
 /// Which logits rows a step returns (owned, so it can cross to rank threads).
@@ -80,6 +81,32 @@ pub trait StepRunner {
     /// Backend, communicator and rank errors; after an error the touched sequences' states are
     /// unspecified.
     fn step(&mut self, ids: &[u32], batch: &StepBatch, rows: &WantRows) -> Result<Vec<f32>>;
+
+    /// One decode step (one new token per row) that samples row `i` per `rows[i]` and returns
+    /// only the sampled tokens, log-probabilities and requested top-K lists. The default runs
+    /// [`StepRunner::step`] and samples the logits rows on the host ([`sample_row`]); device
+    /// runners sample on the device with the same semantics.
+    ///
+    /// # Errors
+    /// As [`StepRunner::step`]; [`EngineError::Request`] for a NaN logit row.
+    fn decode_sample(
+        &mut self,
+        ids: &[u32],
+        batch: &StepBatch,
+        rows: &[RowSampling],
+    ) -> Result<Vec<Sampled>> {
+        use rayon::prelude::*;
+        let logits = self.step(ids, batch, &WantRows::All)?;
+        let vocab = self.config().vocab_size;
+        if logits.len() != rows.len() * vocab {
+            return Err(EngineError::Request(format!(
+                "decode_sample: {} logits for {} rows of {vocab}",
+                logits.len(),
+                rows.len()
+            )));
+        }
+        logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
+    }
 
     /// Zero GDN state slot `slot` on every rank (a new sequence starts from zero state).
     ///
