@@ -471,6 +471,14 @@ impl RankBytes {
     }
 }
 
+/// Bytes of one row of a bucket's static decode inputs, for [`RankBudget::graph_row_bytes`]:
+/// six i32 per row (token id, position, slot, context length, sequence length, sampled id) plus
+/// the row's page-table entries (`pages_per_seq` i32).
+#[must_use]
+pub fn static_input_row_bytes(pages_per_seq: u64) -> u64 {
+    4 * (6 + pages_per_seq)
+}
+
 /// Heads of a grouped layer one rank keeps: `(big / tp, small / tp)` when `tp` divides `small`,
 /// else `(big / tp, 1)` when `tp` is a multiple of `small` (the small head is replicated).
 fn split_heads(
@@ -866,6 +874,12 @@ mod tests {
                 Err(e) => prop_assert!(false, "unexpected error {e}"),
             }
         }
+    }
+
+    #[test]
+    fn static_inputs() {
+        assert_eq!(static_input_row_bytes(0), 24);
+        assert_eq!(static_input_row_bytes(budget(0).pages_per_seq()), 4 * (6 + 7));
     }
 
     fn cache(page_size: usize) -> CacheConfig {
