@@ -146,13 +146,14 @@ pub fn fill_host(p: &DummyInit, runs: &[Range<usize>]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// The device path: writes the shard selected by `runs` (as [`fill_host`]) into `out` (bf16,
-/// exactly `sum(runs.len())` elements) with `init.dummy`, one launch per [`Piece`], enqueued on
+/// The device path: writes the shard selected by `runs` (as [`fill_host`]) into the first
+/// `sum(runs.len())` elements of `out` (bf16; a longer buffer keeps its tail, e.g. the one
+/// element an empty tensor owns) with `init.dummy`, one launch per [`Piece`], enqueued on
 /// `stream`. Bitwise equal to [`fill_host`].
 ///
 /// # Errors
-/// [`EngineError::Weights`] if `out` has the wrong length; the op's errors (domain, launch) as
-/// [`EngineError::Backend`].
+/// [`EngineError::Weights`] if `out` is shorter than the shard; the op's errors (domain,
+/// launch) as [`EngineError::Backend`].
 #[cfg(feature = "cuda")]
 pub fn fill_device(
     stream: &deltakit::cudarc::driver::CudaStream,
@@ -162,7 +163,7 @@ pub fn fill_device(
 ) -> Result<()> {
     use deltakit::ops::init as op;
     let total: usize = runs.iter().map(ExactSizeIterator::len).sum();
-    if out.len() != total {
+    if out.len() < total {
         return Err(EngineError::Weights(format!(
             "dummy fill: output has {} elements, the shard {total}",
             out.len()
