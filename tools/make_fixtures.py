@@ -5,8 +5,13 @@ Run wherever torch and transformers >= 5.17 exist (e.g. the GPU host; everything
 CPU for determinism):
 
     python3 tools/make_fixtures.py --out tests/fixtures
+    python3 tools/make_fixtures.py --trained DIR     # goldens of a trained checkpoint only
 
-For each fixture it writes <out>/<name>/{config.json, model.safetensors, tokenizer.json,
+With `--trained DIR` (a checkpoint of tools/train_tiny.py: config.json, model.safetensors,
+tokenizer.json) it only adds DIR/golden_f32.json and DIR/golden_bf16.json, for the prompts in
+TRAINED_PROMPTS whose HF greedy continuation (f32 and bf16) does not reach `<|endoftext|>`
+within the 32 decode steps (the engine's scheduler would stop there); the random fixtures are
+left alone. Otherwise, for each random fixture it writes <out>/<name>/{config.json, model.safetensors, tokenizer.json,
 golden_f32.json, golden_bf16.json}:
   - the model is built with HF transformers' own classes (Qwen3_5ForCausalLM or
     Qwen3_5ForConditionalGeneration), given random weights at scales that keep activations O(1)
@@ -48,6 +53,21 @@ PROMPTS = [
     "The gated delta rule",
     "Once upon a time",
     "def add(a, b):",
+]
+
+# Prompts of the trained fixture (tests/fixtures/tiny-trained, trained on the Python docs):
+# each <= 24 tokens, so prompt + 32 decode steps fit the gates' 64-token contexts.
+TRAINED_PROMPTS = [
+    "The gated delta rule",
+    "The following example shows how to",
+    "def add(a, b):",
+    "A list comprehension is",
+    "If the file does not exist,",
+    ">>> import os\n>>> os.path.join(",
+    "Changed in version",
+    "The return value of this function is",
+    "Exceptions are raised when",
+    "class Point:\n    def __init__(self, x, y):",
 ]
 
 
@@ -193,16 +213,57 @@ def build(spec, vocab_size, gen):
     return model
 
 
+def trained(d: Path):
+    """HF f32 and bf16 goldens of the trained checkpoint in `d` (see the module docstring)."""
+    import transformers
+    from tokenizers import Tokenizer
+    from transformers import Qwen3_5ForCausalLM
+
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    model = Qwen3_5ForCausalLM.from_pretrained(d, dtype=torch.float32)
+    # The stored weights are bf16, so the f32 model holds them exactly and .to(bf16) is lossless.
+    cand = [tok.encode(p).ids for p in TRAINED_PROMPTS]
+    assert all(len(c) <= 24 for c in cand), [len(c) for c in cand]
+    g32 = golden(model, cand, torch.float32)
+    g16 = golden(model, cand, torch.bfloat16)
+    keep = [i for i in range(len(cand))
+            if eos not in g32[i]["greedy_tokens"] and eos not in g16[i]["greedy_tokens"]]
+    dropped = [TRAINED_PROMPTS[i] for i in range(len(cand)) if i not in keep]
+    prompts = [TRAINED_PROMPTS[i] for i in keep]
+    meta = {"fixture": {"name": d.name, "arch": "causal", "trained": True}, "prompts": prompts,
+            "topk": TOPK, "decode_steps": DECODE_STEPS, "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "attn_implementation": model.config._attn_implementation}
+    for dtype, g, f in (("float32", g32, "golden_f32.json"), ("bfloat16", g16, "golden_bf16.json")):
+        (d / f).write_text(json.dumps({**meta, "dtype": dtype, "cases": [g[i] for i in keep]}))
+    for i in keep:
+        a, b = g32[i]["greedy_tokens"], g16[i]["greedy_tokens"]
+        agree = next((k for k in range(len(a)) if a[k] != b[k]), len(a))
+        gaps = [s["gap"] for s in g32[i]["decode"]]
+        print(f"{TRAINED_PROMPTS[i]!r}: HF bf16 greedy = f32 for {agree}/{len(a)} tokens; "
+              f"min / median decode top-2 gap {min(gaps):.3f} / {sorted(gaps)[len(gaps) // 2]:.3f}")
+        print(f"   -> {tok.decode(a)!r}")
+    if dropped:
+        print(f"dropped (greedy reaches <|endoftext|>): {dropped}")
+    if len(keep) < 3:
+        sys.exit(f"only {len(keep)} prompts kept")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures")
     ap.add_argument("--vocab", type=int, default=384)
+    ap.add_argument("--trained", help="add goldens to this trained checkpoint only")
     args = ap.parse_args()
     torch.manual_seed(SEED)
     torch.use_deterministic_algorithms(True)
     import transformers
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    if args.trained:
+        trained(Path(args.trained))
+        return
     out = Path(args.out)
     tok = train_tokenizer(args.vocab)
     vocab_size = tok.get_vocab_size()

@@ -6,8 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// The bundled model used by `generate` when no `--model` is given.
-pub const BUNDLED_MODEL: &str = "tiny-causal";
+/// The bundled model used by `generate` (and `eval-mc`) when no `--model` is given: a 3.6 M
+/// parameter Qwen3.5 (`Qwen3_5ForCausalLM`, 3 Gated DeltaNet : 1 gated attention layers, bf16)
+/// trained on the Python 3.11 documentation by `tools/train_tiny.py` (corpus and tokenizer:
+/// `tools/make_corpus.py`), so its text is readable; also a golden fixture with HF goldens.
+pub const BUNDLED_MODEL: &str = "tiny-trained";
 
 /// Environment variable overriding the bundled model directory.
 pub const MODEL_DIR_ENV: &str = "DELTAKIT_MODEL_DIR";
@@ -26,7 +29,8 @@ pub fn find_fixtures_dir() -> Option<PathBuf> {
 }
 
 /// Resolve the bundled tiny Qwen3.5 model: `$DELTAKIT_MODEL_DIR`, else
-/// `tests/fixtures/tiny-causal` found by walking up from the cwd, then from the executable.
+/// `tests/fixtures/tiny-trained` ([`BUNDLED_MODEL`]) found by walking up from the cwd, then from
+/// the executable.
 ///
 /// # Errors
 /// [`crate::EngineError::Request`] saying where it looked, if no candidate has a `config.json`.

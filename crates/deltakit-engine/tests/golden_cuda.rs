@@ -301,11 +301,15 @@ macro_rules! fixture_tests {
 // HF f32, worst arm: 2.34 / 0.288, 0.66 / 0.116, 0.61 / 0.238 — the tiny-causal max is within
 // 1.28x of its tolerance (the same ill-conditioned row; the staggered-batch arm's GEMM shapes
 // round differently), the means within 1.0-1.2x of the CPU bf16 backend's.
+// tiny-trained (the trained bundled model, 2026-12-01): the bf16 CPU backend vs HF f32, every
+// arm, max / mean row max 0.197 / 0.045 (vs HF bf16: 0.156 / 0.055; HF bf16 itself vs the f32
+// engine: 0.123 / 0.044); its tolerances are ~3x that noise and 5x / 3.3x tighter than
+// tiny-causal's.
 fixture_tests!(
     fx_tiny_causal => ("tiny-causal", 3.0, 0.5),
     fx_tiny_cond => ("tiny-cond", 1.0, 0.2),
     fx_tiny_tied => ("tiny-tied", 1.3, 0.45),
-    fx_tiny_trained => ("tiny-trained", 1.0, 0.2)
+    fx_tiny_trained => ("tiny-trained", 0.6, 0.15)
 );
 
 /// GDN head dims outside the kernels' built set (K = 96, V = 48) are refused with
@@ -365,3 +369,61 @@ fn device_argmax_matches_host() {
     assert_eq!(be.argmax(&t).unwrap(), want);
     assert_eq!(want[2], 17);
 }
+
+/// Requests of `generate` for the prompts of `cases`: greedy, as many tokens as the goldens have.
+fn greedy_requests(cases: &[Case]) -> Vec<Request> {
+    cases
+        .iter()
+        .map(|c| Request {
+            prompt: c.prompt.clone(),
+            params: SamplingParams { max_tokens: c.greedy.len(), ..SamplingParams::default() },
+        })
+        .collect()
+}
+
+/// Per case, how many of `generate`'s tokens equal the expected greedy tokens from the start.
+fn greedy_agreed(out: &[deltakit_engine::generate::Completion], cases: &[Case]) -> Vec<usize> {
+    out.iter()
+        .zip(cases)
+        .map(|(o, c)| o.tokens.iter().zip(&c.greedy).take_while(|(a, b)| a == b).count())
+        .collect()
+}
+
+/// `tiny-trained` (the trained bundled model: peaked distributions, so bf16 rounding rarely
+/// flips a greedy token): the bf16 CPU backend (HF's rounding points emulated, no GPU) through
+/// `generate` reproduces all 32 of HF bf16's greedy tokens on at least 8 of the 10 prompts
+/// (measured 2026-12-01: 9 of 10, the other diverges at token 12; HF's own bf16 keeps its f32
+/// greedy tokens for all 32 on only 5 of 10).
+#[test]
+fn tiny_trained_cpu_bf16_greedy_matches_hf_bf16() {
+    let cases = load_golden("tiny-trained", "golden_bf16.json");
+    let mut e = fixture_engine(CpuBf16Backend::new(), "tiny-trained", 2, 16);
+    let (out, _) =
+        e.generate(&greedy_requests(&cases), GenOptions::default(), &mut |_| {}).unwrap();
+    let agreed = greedy_agreed(&out, &cases);
+    let full = agreed.iter().filter(|&&n| n == DECODE_STEPS).count();
+    eprintln!("tiny-trained cpu-bf16 vs HF bf16 greedy: prefix agreed {agreed:?}, full on {full}");
+    assert!(full >= 8, "tiny-trained cpu-bf16: full greedy agreement on {full} of 10: {agreed:?}");
+}
+
+/// The CUDA backend on `tiny-trained` through `generate`: all 32 of HF bf16's greedy tokens on
+/// at least 6 of the 10 prompts (most of them; the rest diverge at a near-tie, which the arms
+/// of `fixture_tests!` check).
+#[test]
+fn tiny_trained_cuda_greedy_matches_hf_bf16() {
+    let Some(ctx) = deltakit::testing::gpu_or_skip("golden_cuda tiny-trained greedy") else {
+        return;
+    };
+    let cases = load_golden("tiny-trained", "golden_bf16.json");
+    let be = CudaBackend::from_context(ctx, 0).unwrap();
+    let mut e = fixture_engine(be, "tiny-trained", 2, 16);
+    let (out, _) =
+        e.generate(&greedy_requests(&cases), GenOptions::default(), &mut |_| {}).unwrap();
+    let agreed = greedy_agreed(&out, &cases);
+    let full = agreed.iter().filter(|&&n| n == DECODE_STEPS).count();
+    eprintln!("tiny-trained cuda vs HF bf16 greedy: prefix agreed {agreed:?}, full on {full}");
+    assert!(full >= 6, "tiny-trained cuda: full greedy agreement on {full} of 10: {agreed:?}");
+}
+
+/// Greedy tokens per prompt in the goldens of `tools/make_fixtures.py`.
+const DECODE_STEPS: usize = 32;
