@@ -37,9 +37,26 @@ impl Source {
     }
 }
 
+/// CUDA-graph settings of a CUDA engine ([`crate::graph`], feature `cuda`; ignored on the CPU).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphOptions {
+    /// Capture and replay decode graphs (`--no-graphs` turns them off).
+    pub enabled: bool,
+    /// Candidate bucket sizes, ascending.
+    pub buckets: Vec<usize>,
+}
+
+impl Default for GraphOptions {
+    fn default() -> Self {
+        Self { enabled: true, buckets: crate::capacity::DEFAULT_BUCKETS.to_vec() }
+    }
+}
+
 /// Options of the tensor-parallel builders.
 #[derive(Clone, Debug, Default)]
 pub struct TpOptions {
+    /// CUDA graphs (CUDA builders only).
+    pub graphs: GraphOptions,
     /// Executor settings (watchdog).
     pub executor: crate::executor::ExecutorOptions,
     /// Fault injection: `(rank, fault)` (fault tests only).
@@ -146,17 +163,19 @@ pub mod cpu {
 pub mod cuda {
     use std::sync::Arc;
 
-    use super::{Engine, Source, TpOptions};
+    use super::{Engine, GraphOptions, Source, TpOptions};
     use crate::backend::cuda::CudaBackend;
     use crate::comm::nccl::{NcclComm, NcclId};
     use crate::error::{EngineError, Result};
     use crate::executor::{Executor, RankFactory, RankWorker};
+    use crate::graph::CudaDecodeRunner;
     use crate::model::Qwen35;
     use crate::rank::Rank;
     use crate::shard::ShardPlan;
     use crate::state::CacheConfig;
 
-    /// A single-GPU engine on `cuda:ordinal` (no executor, no communicator).
+    /// A single-GPU engine on `cuda:ordinal` (no executor, no communicator), with decode
+    /// graphs per `graphs` ([`crate::graph::CudaDecodeRunner`]).
     ///
     /// # Errors
     /// Unsupported shapes (before any weight is read), device, load and allocation errors.
@@ -165,12 +184,14 @@ pub mod cuda {
         ordinal: usize,
         cache: CacheConfig,
         progress: bool,
+        graphs: &GraphOptions,
     ) -> Result<Engine> {
         let cfg = src.config()?;
         CudaBackend::check_model(&cfg)?;
         let be = CudaBackend::new(ordinal)?;
         let model = Qwen35::load(&be, &cfg, src.open()?.as_mut(), progress)?;
-        Engine::new(be, model, cache)
+        let runner = CudaDecodeRunner::new(Rank::new(be, model, cache)?, cache, graphs)?;
+        Engine::from_runner(Box::new(runner), cache)
     }
 
     /// A tensor-parallel GPU engine over `devices` (rank `r` on `cuda:devices[r]`, `tp =
@@ -198,7 +219,7 @@ pub mod cuda {
         }
         let id = NcclId::new()?;
         let devices = devices.to_vec();
-        let (fault, progress) = (opts.fault.clone(), opts.progress);
+        let (fault, progress, graphs) = (opts.fault.clone(), opts.progress, opts.graphs.clone());
         let factory: RankFactory = Arc::new(move |rank| {
             let mut be = CudaBackend::new(devices[rank])?;
             let comm = NcclComm::from_rank(be.stream().clone(), rank, tp, id)?;
@@ -213,7 +234,8 @@ pub mod cuda {
                     r.set_fault(Some(f.clone()));
                 }
             }
-            Ok(RankWorker { runner: Box::new(r), abort })
+            let runner = CudaDecodeRunner::new(r, cache, &graphs)?;
+            Ok(RankWorker { runner: Box::new(runner), abort })
         });
         let ex = Executor::start(tp, &factory, opts.executor)?;
         Engine::from_runner(Box::new(ex), cache)

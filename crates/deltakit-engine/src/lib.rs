@@ -16,6 +16,7 @@
 //! - [`executor`]: one thread per rank, fail-closed steps with a watchdog;
 //! - [`sampling`]: host-side greedy / top-p sampling and top-K log-probabilities;
 //! - [`generate`]: the engine (sequences, slots, forward steps) and the generation scheduler;
+//! - `graph` (feature `cuda`): CUDA-graph decode buckets with device sampling;
 //! - [`launch`]: building single-device and tensor-parallel engines (CPU, CUDA);
 //! - [`eval`]: multiple-choice evaluation (prompts, answer extraction, accuracy with a CI);
 //! - [`paths`]: finding the bundled tiny model at run time.
@@ -29,6 +30,8 @@ pub mod error;
 pub mod eval;
 pub mod executor;
 pub mod generate;
+#[cfg(feature = "cuda")]
+pub mod graph;
 pub mod launch;
 pub mod model;
 pub mod paths;

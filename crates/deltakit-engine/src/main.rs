@@ -20,7 +20,7 @@ use deltakit_engine::eval::{
 };
 use deltakit_engine::executor::ExecutorOptions;
 use deltakit_engine::generate::{Engine, Event, GenOptions, Request, SamplingParams};
-use deltakit_engine::launch::{self, Source, TpOptions};
+use deltakit_engine::launch::{self, GraphOptions, Source, TpOptions};
 use deltakit_engine::model::Qwen35;
 use deltakit_engine::paths::bundled_model_dir;
 use deltakit_engine::shard::ShardPlan;
@@ -98,6 +98,9 @@ struct ModelArgs {
     /// the run fails.
     #[arg(long, default_value_t = 300, value_parser = positive_arg)]
     step_timeout: usize,
+    /// CUDA: decode eagerly instead of replaying CUDA graphs captured per batch bucket.
+    #[arg(long)]
+    no_graphs: bool,
 }
 
 #[derive(Args)]
@@ -307,7 +310,9 @@ fn load(
         LoadFormat::Dummy => Source::Dummy(cfg.clone(), common.weight_seed),
     };
     let progress = cfg.num_parameters() > 50_000_000;
+    let graphs = GraphOptions { enabled: !common.no_graphs, ..GraphOptions::default() };
     let opts = TpOptions {
+        graphs: graphs.clone(),
         executor: ExecutorOptions {
             step_timeout: std::time::Duration::from_secs(common.step_timeout as u64),
         },
@@ -322,7 +327,7 @@ fn load(
             bail!("--devices lists {} GPUs for --tp {}", devices.len(), common.tp);
         }
         if common.tp == 1 && common.devices.is_none() {
-            return Ok(launch::cuda::single(&src, ord, cache, progress)?);
+            return Ok(launch::cuda::single(&src, ord, cache, progress, &graphs)?);
         }
         return Ok(launch::cuda::tensor_parallel(src, &devices, cache, &opts)?);
     }

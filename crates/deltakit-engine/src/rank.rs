@@ -71,6 +71,24 @@ pub enum Fault {
     },
 }
 
+/// Run the injected fault of layer `layer`, if any.
+fn fault_hook(fault: Option<&Fault>, layer: usize) -> Result<()> {
+    match fault {
+        Some(Fault::ErrorAt { layer: l }) if *l == layer => Err(EngineError::Backend {
+            backend: "fault",
+            msg: format!("injected error at layer {layer}"),
+        }),
+        Some(Fault::PanicAt { layer: l }) if *l == layer => {
+            panic!("injected panic at layer {layer}")
+        }
+        Some(Fault::StallAt { layer: l, dur }) if *l == layer => {
+            std::thread::sleep(*dur);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What the scheduler asks of the ranks, one call per step for the whole group.
 pub trait StepRunner {
     /// One forward step (see [`Qwen35::forward`]); returns the requested logits rows on the host,
@@ -172,6 +190,35 @@ impl<B: Backend> Rank<B> {
         &self.model
     }
 
+    /// The rank's state pools (tests inspect them).
+    pub fn caches(&self) -> &ModelCaches<B> {
+        &self.caches
+    }
+
+    /// One forward step returning the LM head output on the backend (this rank's vocabulary
+    /// slice, `[rows, vocab / tp]`) instead of gathering it to the host; the fault hook applies.
+    ///
+    /// # Errors
+    /// As [`StepRunner::step`].
+    pub fn forward_device(
+        &mut self,
+        ids: &[u32],
+        batch: &StepBatch,
+        rows: LogitsRows<'_>,
+    ) -> Result<B::Tensor> {
+        let fault = self.fault.clone();
+        let mut hook = |layer: usize| fault_hook(fault.as_ref(), layer);
+        self.model.forward_with(
+            &self.be,
+            ids,
+            batch,
+            &mut self.caches,
+            rows,
+            self.page_size,
+            &mut hook,
+        )
+    }
+
     /// The communicator's abort handle, if the backend has one.
     pub fn abort_handle(&self) -> Option<Arc<dyn AbortHandle>> {
         self.be.abort_handle()
@@ -180,37 +227,12 @@ impl<B: Backend> Rank<B> {
 
 impl<B: Backend> StepRunner for Rank<B> {
     fn step(&mut self, ids: &[u32], batch: &StepBatch, rows: &WantRows) -> Result<Vec<f32>> {
-        let fault = self.fault.clone();
-        let mut hook = |layer: usize| -> Result<()> {
-            match &fault {
-                Some(Fault::ErrorAt { layer: l }) if *l == layer => Err(EngineError::Backend {
-                    backend: "fault",
-                    msg: format!("injected error at layer {layer}"),
-                }),
-                Some(Fault::PanicAt { layer: l }) if *l == layer => {
-                    panic!("injected panic at layer {layer}")
-                }
-                Some(Fault::StallAt { layer: l, dur }) if *l == layer => {
-                    std::thread::sleep(*dur);
-                    Ok(())
-                }
-                _ => Ok(()),
-            }
-        };
         let sel = match rows {
             WantRows::Nothing => LogitsRows::Rows(&[]),
             WantRows::All => LogitsRows::All,
             WantRows::Rows(r) => LogitsRows::Rows(r),
         };
-        let t = self.model.forward_with(
-            &self.be,
-            ids,
-            batch,
-            &mut self.caches,
-            sel,
-            self.page_size,
-            &mut hook,
-        )?;
+        let t = self.forward_device(ids, batch, sel)?;
         if *rows == WantRows::Nothing {
             return Ok(Vec::new());
         }

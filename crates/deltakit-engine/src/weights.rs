@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use memmap2::Mmap;
-use rayon::prelude::*;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 
@@ -74,6 +73,12 @@ pub trait WeightSource {
 
     /// Whether tensor `name` exists (synthetic sources: always true).
     fn contains(&self, name: &str) -> bool;
+
+    /// `Some(seed)` for seeded dummy weights ([`DummyWeights`]): a backend may then generate
+    /// each tensor where it lives (`Backend::dummy`) with the same values.
+    fn dummy_seed(&self) -> Option<u64> {
+        None
+    }
 
     /// Total bytes of the source (for the progress bar), if known.
     fn total_bytes(&self) -> Option<u64> {
@@ -279,10 +284,11 @@ impl WeightSource for SafetensorsWeights {
 /// Seeded random weights of the right shapes and sane scales for a config alone
 /// (`--load-format dummy`): benchmarks at real sizes without a checkpoint.
 ///
-/// Element `i` of tensor `name` is a pure function of `(seed, name, i)` (a counter-based
-/// splitmix64 hash, [`dummy_unit`]), so the values do not depend on load order, thread count or
-/// sharding: a tensor-parallel rank generates exactly its own rows / columns and gets the same
-/// values as the TP=1 model. Scales: linear layers uniform with std `1/sqrt(fan_in)`, embeddings
+/// Element `i` of tensor `name` is a pure function of `(seed, name, i)` (the `init.dummy` op's
+/// counter-based hash, [`crate::dummy_init`]), so the values do not depend on load order, thread
+/// count, sharding or backend: a tensor-parallel rank generates exactly its own rows / columns
+/// and gets the same values as the TP=1 model, and the CUDA backend generates them on the device
+/// bit for bit equal to the CPU's. Scales: linear layers uniform with std `1/sqrt(fan_in)`, embeddings
 /// std 1, `(1 + w)` norms 0, the gated norm 1, `A_log = ln(U(1, 16))`, `dt_bias`
 /// `U(-0.5, 0.5)`, conv taps `U(-0.5, 0.5)` (as `tools/make_fixtures.py`); every value is rounded
 /// through bf16 like a real checkpoint, so CPU and GPU backends see the same weights.
@@ -304,71 +310,24 @@ impl DummyWeights {
         shape: &[usize],
         runs: &[std::ops::Range<usize>],
         init: Init,
-    ) -> Vec<f32> {
-        let key = self.seed ^ fnv1a(name);
-        let std = match init {
-            Init::Embedding => 1.0,
-            _ => 1.0 / (*shape.last().unwrap_or(&1) as f32).sqrt(),
-        };
-        // Uniform(-a, a) has std a / sqrt(3).
-        let a = std * 3f32.sqrt();
-        let value = move |i: usize| -> f32 {
-            let u = dummy_unit(key, i as u64);
-            let v = match init {
-                Init::Constant(c) => c,
-                Init::Linear | Init::Embedding => -a + 2.0 * a * u as f32,
-                Init::Uniform(lo, hi) => lo + (hi - lo) * u as f32,
-                Init::LogUniform(lo, hi) => (lo + (hi - lo) * u as f32).ln(),
-            };
-            bf16::from_f32(v).to_f32()
-        };
-        let total: usize = runs.iter().map(ExactSizeIterator::len).sum();
-        let mut out = vec![0f32; total];
-        let mut rest = out.as_mut_slice();
-        let mut jobs = Vec::with_capacity(runs.len());
-        for r in runs {
-            let (head, tail) = rest.split_at_mut(r.len());
-            jobs.push((r.start, head));
-            rest = tail;
-        }
-        jobs.into_par_iter().for_each(|(start, dst)| {
-            dst.par_chunks_mut(DUMMY_BLOCK).enumerate().for_each(|(b, chunk)| {
-                let base = start + b * DUMMY_BLOCK;
-                for (j, x) in chunk.iter_mut().enumerate() {
-                    *x = value(base + j);
-                }
-            });
-        });
-        out
+    ) -> Result<Vec<f32>> {
+        crate::dummy_init::fill_host(
+            &crate::dummy_init::params(name, shape, init, self.seed)?,
+            runs,
+        )
+    }
+
+    /// The model seed.
+    #[must_use]
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 }
-
-fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// splitmix64 finalizer.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Uniform value in `[0, 1)` for element `index` of the tensor with hash key `key`: the top 53
-/// bits of `splitmix64(key ^ splitmix64(index))`.
-#[must_use]
-pub fn dummy_unit(key: u64, index: u64) -> f64 {
-    let h = mix64(key ^ mix64(index.wrapping_add(0x9E37_79B9_7F4A_7C15)));
-    (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-}
-
-/// Elements per parallel work item of a dummy tensor.
-const DUMMY_BLOCK: usize = 1 << 16;
 
 impl WeightSource for DummyWeights {
     fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor> {
         let n: usize = shape.iter().product();
-        let data = self.fill(name, shape, &Part::Full.runs(&[n]), init);
+        let data = self.fill(name, shape, &Part::Full.runs(&[n]), init)?;
         Ok(HostTensor { shape: shape.to_vec(), data })
     }
 
@@ -380,12 +339,16 @@ impl WeightSource for DummyWeights {
         init: Init,
     ) -> Result<HostTensor> {
         let local = part.local_shape(name, shape)?;
-        let data = self.fill(name, shape, &part.runs(shape), init);
+        let data = self.fill(name, shape, &part.runs(shape), init)?;
         Ok(HostTensor { shape: local, data })
     }
 
     fn contains(&self, _name: &str) -> bool {
         true
+    }
+
+    fn dummy_seed(&self) -> Option<u64> {
+        Some(self.seed)
     }
 }
 

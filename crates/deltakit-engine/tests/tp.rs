@@ -3,6 +3,9 @@
 //! state bytes, and the executor's fault handling (a rank error, a panic, a stalled rank and
 //! the watchdog). `cargo test --release -p deltakit-engine tp` runs them.
 
+// One-range row parts are the plan's representation (the qkv stitch has three).
+#![allow(clippy::single_range_in_vec_init)]
+
 mod golden_common;
 
 use std::time::{Duration, Instant};
@@ -24,6 +27,7 @@ fn cache() -> CacheConfig {
     CacheConfig::for_sequences(4, 96, 16)
 }
 
+#[allow(clippy::needless_pass_by_value)] // call sites build the options inline
 fn engine(name: &str, tp: usize, opts: TpOptions) -> Result<Engine, EngineError> {
     let src = Source::Dir(fixtures_dir().join(name));
     if tp == 1 && opts.fault.is_none() {
@@ -253,7 +257,7 @@ fn tp_stalled_rank_trips_the_watchdog() {
     let opts = TpOptions {
         executor: ExecutorOptions { step_timeout: Duration::from_millis(200) },
         fault: Some((1, Fault::StallAt { layer: 3, dur: Duration::from_secs(3) })),
-        progress: false,
+        ..TpOptions::default()
     };
     let mut e = engine("tiny-causal", 2, opts).unwrap();
     let t0 = Instant::now();

@@ -84,6 +84,7 @@ use crate::comm::nccl::NcclComm;
 use crate::comm::{AbortHandle, Communicator};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
+use crate::sampling::{RowSampling, Sampled};
 use crate::weights::HostTensor;
 
 const BACKEND: &str = "cuda";
@@ -190,12 +191,52 @@ struct DeviceBatch {
     seq_lens_host: Vec<i32>,
 }
 
-/// Reused device buffers: the current step's metadata and the kernels' workspaces.
+/// Reused device buffers: the current step's metadata, the kernels' workspaces, and the static
+/// decode buffers of every batch bucket.
 #[derive(Debug, Default)]
 struct Scratch {
     batch: Option<(StepBatch, DeviceBatch)>,
     gdr_ws: Option<CudaSlice<u8>>,
     attn_ws: Option<CudaSlice<f32>>,
+    statics: std::collections::HashMap<usize, DecodeStatic>,
+    /// The bucket whose staged inputs the current step uses (see [`CudaBackend::stage_decode`]).
+    active: Option<usize>,
+}
+
+/// How a decode bucket samples ([`CudaBackend::sample_static`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SampleMode {
+    /// Every row greedy: `sample.topk_logprobs` alone (its top-1 is the argmax).
+    Greedy,
+    /// Some row samples: `sample.top_p` for the tokens, `sample.topk_logprobs` for the lists.
+    TopP,
+}
+
+/// Top-K lists a static decode bucket computes per row (requests asking for more run eager).
+pub const STATIC_TOPK: usize = 20;
+
+/// Static decode buffers of one batch bucket: fixed device addresses for the engine's lifetime,
+/// so a CUDA graph captured over them replays with new inputs copied in before each launch.
+#[derive(Debug)]
+struct DecodeStatic {
+    max_pages: usize,
+    /// Context the attention split count is sized for (the engine's maximum context).
+    split_ctx: usize,
+    batch: DeviceBatch,
+    ids: CudaSlice<i32>,
+    temperature: CudaSlice<f32>,
+    top_p: CudaSlice<f32>,
+    seed: CudaSlice<u64>,
+    counter: CudaSlice<u64>,
+    out_ids: CudaSlice<i32>,
+    topk_ids: CudaSlice<i32>,
+    topk_lp: CudaSlice<f32>,
+    /// `[rows, vocab_local]` copy of the LM head output (read after a replay).
+    logits: CudaSlice<bf16>,
+    /// TP > 1: `[tp, rows, vocab_local]` all-gathered logits.
+    gathered: Option<CudaSlice<bf16>>,
+    /// Host copies of what is staged now: token ids and the padded batch.
+    staged: Option<(Vec<u32>, StepBatch)>,
 }
 
 /// The CUDA backend on one GPU (see the module docs).
@@ -205,6 +246,8 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     gemm: Gemm,
     scratch: Mutex<Scratch>,
+    /// Token id of padded decode rows ([`CudaBackend::set_padding_token`]).
+    padding_token: std::sync::atomic::AtomicU32,
     /// Tensor-parallel communicator (last: dropped after every buffer above).
     comm: Option<NcclComm>,
 }
@@ -243,7 +286,15 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(drv)?;
         let gemm = Gemm::new(stream.clone()).map_err(dk)?;
-        Ok(Self { ordinal, ctx, stream, gemm, scratch: Mutex::new(Scratch::default()), comm: None })
+        Ok(Self {
+            ordinal,
+            ctx,
+            stream,
+            gemm,
+            scratch: Mutex::new(Scratch::default()),
+            padding_token: 0.into(),
+            comm: None,
+        })
     }
 
     /// Make this backend a rank of a tensor-parallel group: the row-parallel outputs are summed
@@ -327,13 +378,22 @@ impl CudaBackend {
         Ok(CudaTensor { buf, f32_copy: None, rows, cols })
     }
 
-    /// Makes `scratch.batch` hold `batch` on the device (uploads only when it changed).
+    /// The device copy of `batch`: the active bucket's static buffers when `batch` is what was
+    /// staged there ([`CudaBackend::stage_decode`]), else `cached` (uploaded only when it
+    /// changed).
     fn upload_batch<'s>(
         &self,
-        scratch: &'s mut Option<(StepBatch, DeviceBatch)>,
+        cached: &'s mut Option<(StepBatch, DeviceBatch)>,
+        statics: &'s std::collections::HashMap<usize, DecodeStatic>,
+        active: Option<usize>,
         batch: &StepBatch,
     ) -> Result<&'s DeviceBatch> {
-        let fresh = matches!(scratch, Some((b, _)) if b == batch);
+        if let Some(st) = active.and_then(|b| statics.get(&b)) {
+            if matches!(&st.staged, Some((_, b)) if b == batch) {
+                return Ok(&st.batch);
+            }
+        }
+        let fresh = matches!(cached, Some((b, _)) if b == batch);
         if !fresh {
             let up = |v: &[i32]| -> Result<CudaSlice<i32>> {
                 if v.is_empty() {
@@ -341,7 +401,7 @@ impl CudaBackend {
                 }
                 self.stream.clone_htod(v).map_err(drv)
             };
-            let seq_lens_host: Vec<i32> = batch.ctx_lens.iter().map(|&c| c + 1).collect();
+            let seq_lens_host = seq_lens_of(&batch.ctx_lens);
             let dev = DeviceBatch {
                 cu_seqlens: up(&batch.cu_seqlens)?,
                 slots: up(&batch.slots)?,
@@ -350,10 +410,327 @@ impl CudaBackend {
                 seq_lens: up(&seq_lens_host)?,
                 seq_lens_host,
             };
-            *scratch = Some((batch.clone(), dev));
+            *cached = Some((batch.clone(), dev));
         }
-        scratch.as_ref().map(|(_, d)| d).ok_or_else(|| err("batch upload failed".into()))
+        cached.as_ref().map(|(_, d)| d).ok_or_else(|| err("batch upload failed".into()))
     }
+
+    /// Create the static decode buffers of a `rows`-row bucket (no-op if they exist): page
+    /// tables `max_pages` wide, attention splits sized for `split_ctx` tokens, logits of
+    /// `vocab_local` columns.
+    ///
+    /// # Errors
+    /// Allocation errors.
+    pub fn ensure_static(
+        &self,
+        rows: usize,
+        max_pages: usize,
+        split_ctx: usize,
+        vocab_local: usize,
+    ) -> Result<()> {
+        let mut g = self.lock()?;
+        if g.statics.get(&rows).is_some_and(|s| s.max_pages == max_pages) {
+            return Ok(());
+        }
+        let s = &self.stream;
+        let z32 = |n: usize| s.alloc_zeros::<i32>(n.max(1)).map_err(drv);
+        let tp = self.tp_size();
+        let st = DecodeStatic {
+            max_pages,
+            split_ctx: split_ctx.max(1),
+            batch: DeviceBatch {
+                cu_seqlens: z32(rows + 1)?,
+                slots: z32(rows)?,
+                ctx_lens: z32(rows)?,
+                page_table: z32(rows * max_pages)?,
+                seq_lens: z32(rows)?,
+                seq_lens_host: vec![-1; rows],
+            },
+            ids: z32(rows)?,
+            temperature: s.alloc_zeros::<f32>(rows).map_err(drv)?,
+            top_p: s.alloc_zeros::<f32>(rows).map_err(drv)?,
+            seed: s.alloc_zeros::<u64>(rows).map_err(drv)?,
+            counter: s.alloc_zeros::<u64>(rows).map_err(drv)?,
+            out_ids: z32(rows)?,
+            topk_ids: z32(rows * STATIC_TOPK)?,
+            topk_lp: s.alloc_zeros::<f32>(rows * STATIC_TOPK).map_err(drv)?,
+            logits: s.alloc_zeros::<bf16>(rows * vocab_local).map_err(drv)?,
+            gathered: if tp > 1 {
+                Some(s.alloc_zeros::<bf16>(tp * rows * vocab_local).map_err(drv)?)
+            } else {
+                None
+            },
+            staged: None,
+        };
+        g.statics.insert(rows, st);
+        Ok(())
+    }
+
+    /// Copy a decode step's inputs into bucket `rows`'s static buffers and make it the active
+    /// bucket: `ids` / `batch` / `sampling` cover `n <= rows` live rows; rows `n..rows` are
+    /// padding (token 0, slot -1, context -1, no pages, greedy), which read and write nothing of
+    /// a live sequence. Returns the padded host `(ids, batch)` the forward must be called with
+    /// (the backend recognizes it and uses the static buffers instead of uploading).
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] if the bucket does not exist, `n > rows`, the batch is not a
+    /// decode batch, or a page table row is wider than the bucket's; device errors.
+    pub fn stage_decode(
+        &self,
+        rows: usize,
+        ids: &[u32],
+        batch: &StepBatch,
+        sampling: &[RowSampling],
+    ) -> Result<(Vec<u32>, StepBatch)> {
+        let mut g = self.lock()?;
+        let st = g
+            .statics
+            .get_mut(&rows)
+            .ok_or_else(|| err(format!("stage_decode: no static bucket of {rows} rows")))?;
+        let n = batch.num_seqs();
+        if n > rows || ids.len() != n || sampling.len() != n || batch.kind != StepKind::Decode {
+            return Err(err(format!(
+                "stage_decode: {n} rows ({} ids, {} sampling, {:?}) for a bucket of {rows}",
+                ids.len(),
+                sampling.len(),
+                batch.kind
+            )));
+        }
+        if batch.max_pages > st.max_pages {
+            return Err(err(format!(
+                "stage_decode: page table {} wide, bucket holds {}",
+                batch.max_pages, st.max_pages
+            )));
+        }
+        let mp = st.max_pages;
+        let mut pb = StepBatch {
+            kind: StepKind::Decode,
+            cu_seqlens: (0..=rows as i32).collect(),
+            slots: vec![-1; rows],
+            ctx_lens: vec![-1; rows],
+            positions: vec![0; rows],
+            page_table: vec![-1; rows * mp],
+            max_pages: mp,
+        };
+        pb.slots[..n].copy_from_slice(&batch.slots);
+        pb.ctx_lens[..n].copy_from_slice(&batch.ctx_lens);
+        pb.positions[..n].copy_from_slice(&batch.positions);
+        for i in 0..n {
+            pb.page_table[i * mp..i * mp + batch.max_pages]
+                .copy_from_slice(&batch.page_table[i * batch.max_pages..(i + 1) * batch.max_pages]);
+        }
+        let mut pids = vec![0u32; rows];
+        pids[..n].copy_from_slice(ids);
+        let s = &self.stream;
+        let seq_lens = seq_lens_of(&pb.ctx_lens);
+        // The device copy's padded rows carry the padding token (0, or a test's poison id).
+        let pad_id = self.padding_token.load(std::sync::atomic::Ordering::Relaxed) as i32;
+        let ids32: Vec<i32> =
+            pids.iter().enumerate().map(|(i, &t)| if i < n { t as i32 } else { pad_id }).collect();
+        s.memcpy_htod(&pb.cu_seqlens, &mut st.batch.cu_seqlens).map_err(drv)?;
+        s.memcpy_htod(&pb.slots, &mut st.batch.slots).map_err(drv)?;
+        s.memcpy_htod(&pb.ctx_lens, &mut st.batch.ctx_lens).map_err(drv)?;
+        s.memcpy_htod(&pb.page_table, &mut st.batch.page_table).map_err(drv)?;
+        s.memcpy_htod(&seq_lens, &mut st.batch.seq_lens).map_err(drv)?;
+        s.memcpy_htod(&ids32, &mut st.ids).map_err(drv)?;
+        let pad = |v: Vec<f32>, fill: f32| -> Vec<f32> {
+            let mut v = v;
+            v.resize(rows, fill);
+            v
+        };
+        let t = pad(sampling.iter().map(|r| r.temperature).collect(), 0.0);
+        let p = pad(sampling.iter().map(|r| r.top_p).collect(), 1.0);
+        let mut seed: Vec<u64> = sampling.iter().map(|r| r.seed).collect();
+        let mut counter: Vec<u64> = sampling.iter().map(|r| r.counter).collect();
+        seed.resize(rows, 0);
+        counter.resize(rows, 0);
+        s.memcpy_htod(&t, &mut st.temperature).map_err(drv)?;
+        s.memcpy_htod(&p, &mut st.top_p).map_err(drv)?;
+        s.memcpy_htod(&seed, &mut st.seed).map_err(drv)?;
+        s.memcpy_htod(&counter, &mut st.counter).map_err(drv)?;
+        st.batch.seq_lens_host = seq_lens;
+        st.staged = Some((pids.clone(), pb.clone()));
+        g.active = Some(rows);
+        Ok((pids, pb))
+    }
+
+    /// Token id the padded rows of a bucket carry on the device (default 0; the host-side batch
+    /// always says 0). Tests set an out-of-range id, which `mlp.embedding` turns into a NaN row,
+    /// to show that padded rows cannot reach live ones.
+    pub fn set_padding_token(&self, id: u32) {
+        self.padding_token.store(id, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A GDN state's pools on the host: recurrent f32 `[slots, H_v, K, V]` and conv state
+    /// `[slots, conv_dim, W-1]` widened to f32 (tests compare them bit for bit).
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn gdn_state_to_host(&self, st: &CudaGdnState) -> Result<(Vec<f32>, Vec<f32>)> {
+        let r = self.stream.clone_dtoh(&st.recurrent).map_err(drv)?;
+        let c = self.stream.clone_dtoh(&st.conv).map_err(drv)?;
+        self.stream.synchronize().map_err(drv)?;
+        Ok((r, c.iter().map(|x| x.to_f32()).collect()))
+    }
+
+    /// A KV cache on the host, widened to f32: K and V `[pages, page_size, H_kv, hd]`.
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn kv_to_host(&self, kv: &CudaKvCache) -> Result<(Vec<f32>, Vec<f32>)> {
+        let k = self.stream.clone_dtoh(&kv.k).map_err(drv)?;
+        let v = self.stream.clone_dtoh(&kv.v).map_err(drv)?;
+        self.stream.synchronize().map_err(drv)?;
+        Ok((k.iter().map(|x| x.to_f32()).collect(), v.iter().map(|x| x.to_f32()).collect()))
+    }
+
+    /// Stop using the active bucket's static inputs (prefill and unstaged steps upload).
+    ///
+    /// # Errors
+    /// If the scratch lock is poisoned.
+    pub fn unstage(&self) -> Result<()> {
+        self.lock()?.active = None;
+        Ok(())
+    }
+
+    /// Sample the active bucket from `logits` (`[rows, vocab_local]`, the LM head output of the
+    /// staged step), entirely on the device and into the bucket's static outputs: a copy of the
+    /// logits; at TP = 1 the tokens (`sample.top_p` for [`SampleMode::TopP`], else the top-1 of)
+    /// `sample.topk_logprobs` with `k` = [`STATIC_TOPK`]; at TP > 1 the all-gather of the logits
+    /// slices (sampled on the host by [`CudaBackend::read_static`]). Allocates nothing, so it
+    /// can be captured.
+    ///
+    /// # Errors
+    /// Shape or device errors; no active bucket.
+    pub fn sample_static(&self, logits: &CudaTensor, mode: SampleMode) -> Result<()> {
+        let mut g = self.lock()?;
+        let rows = g.active.ok_or_else(|| err("sample_static: no active bucket".into()))?;
+        let st = g.statics.get_mut(&rows).ok_or_else(|| err("sample_static: no bucket".into()))?;
+        if logits.rows != rows || logits.len() != st.logits.len() {
+            return Err(err(format!(
+                "sample_static: logits [{}, {}] for a bucket of {rows} rows ({} values)",
+                logits.rows,
+                logits.cols,
+                st.logits.len()
+            )));
+        }
+        let s = &self.stream;
+        s.memcpy_dtod(&logits.v(), &mut st.logits).map_err(drv)?;
+        if let (Some(c), Some(gat)) = (&self.comm, st.gathered.as_mut()) {
+            return c.all_gather(&st.logits, gat);
+        }
+        let vocab = logits.cols;
+        let k = STATIC_TOPK.min(vocab);
+        let (mut ti, mut tl) =
+            (st.topk_ids.slice_mut(..rows * k), st.topk_lp.slice_mut(..rows * k));
+        sample::topk_logprobs(s, &st.logits, vocab, k, &mut ti, &mut tl).map_err(dk)?;
+        if mode == SampleMode::TopP {
+            sample::top_p(
+                s,
+                &st.logits,
+                vocab,
+                &st.temperature,
+                &st.top_p,
+                &st.seed,
+                &st.counter,
+                &mut st.out_ids,
+            )
+            .map_err(dk)?;
+        }
+        Ok(())
+    }
+
+    /// Read the active bucket's sampled outputs for its first `sampling.len()` rows (waits for
+    /// the stream): tokens, log-probabilities (temperature 1) and the requested top-K lists.
+    /// At TP > 1 the gathered logits are copied back and sampled on the host with the same
+    /// semantics ([`crate::sampling::sample_row`]).
+    ///
+    /// # Errors
+    /// Device errors; a NaN logits row (the kernels write id -1).
+    pub fn read_static(&self, sampling: &[RowSampling], mode: SampleMode) -> Result<Vec<Sampled>> {
+        let g = self.lock()?;
+        let rows = g.active.ok_or_else(|| err("read_static: no active bucket".into()))?;
+        let st = g.statics.get(&rows).ok_or_else(|| err("read_static: no bucket".into()))?;
+        let n = sampling.len();
+        let s = &self.stream;
+        let vocab_local = st.logits.len() / rows.max(1);
+        if let Some(gat) = &st.gathered {
+            let host = s.clone_dtoh(gat).map_err(drv)?;
+            s.synchronize().map_err(drv)?;
+            let tp = self.tp_size();
+            let f: Vec<f32> = host.iter().map(|x| x.to_f32()).collect();
+            let full = super::interleave_gathered(&f, tp, rows, vocab_local);
+            let vocab = tp * vocab_local;
+            return sampling
+                .iter()
+                .enumerate()
+                .map(|(i, r)| crate::sampling::sample_row(&full[i * vocab..(i + 1) * vocab], r))
+                .collect();
+        }
+        let vocab = vocab_local;
+        let k = STATIC_TOPK.min(vocab);
+        let ti = s.clone_dtoh(&st.topk_ids.slice(..rows * k)).map_err(drv)?;
+        let tl = s.clone_dtoh(&st.topk_lp.slice(..rows * k)).map_err(drv)?;
+        let ids = if mode == SampleMode::TopP {
+            Some(s.clone_dtoh(&st.out_ids).map_err(drv)?)
+        } else {
+            None
+        };
+        s.synchronize().map_err(drv)?;
+        let mut out = Vec::with_capacity(n);
+        for (i, r) in sampling.iter().enumerate() {
+            let row_ids = &ti[i * k..(i + 1) * k];
+            let row_lp = &tl[i * k..(i + 1) * k];
+            let tok = ids.as_ref().map_or(row_ids[0], |v| v[i]);
+            let tok = u32::try_from(tok)
+                .map_err(|_| err(format!("decode sampling: logits row {i} has a NaN")))?;
+            let logprob = if let Some(j) = row_ids.iter().position(|&t| t as u32 == tok) {
+                row_lp[j]
+            } else {
+                // Outside the top-K: logprob = (x_tok - x_top1) + logprob_top1.
+                let (a, b) = (i * vocab + tok as usize, i * vocab + row_ids[0] as usize);
+                let xt = s.clone_dtoh(&st.logits.slice(a..=a)).map_err(drv)?;
+                let x1 = s.clone_dtoh(&st.logits.slice(b..=b)).map_err(drv)?;
+                s.synchronize().map_err(drv)?;
+                (xt[0].to_f32() - x1[0].to_f32()) + row_lp[0]
+            };
+            let topk = row_ids[..r.topk.min(k)]
+                .iter()
+                .zip(&row_lp[..r.topk.min(k)])
+                .map(|(&t, &l)| (t as u32, l))
+                .collect();
+            out.push(Sampled { token: tok, logprob, topk });
+        }
+        Ok(out)
+    }
+
+    /// Start capturing this backend's stream into a CUDA graph (thread-local mode: other rank
+    /// threads keep working).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn begin_capture(&self) -> Result<()> {
+        self.stream
+            .begin_capture(
+                deltakit::cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .map_err(drv)
+    }
+
+    /// End the capture and instantiate the graph (`None` if nothing was captured).
+    ///
+    /// # Errors
+    /// Driver errors (e.g. an operation that cannot be captured invalidated the capture).
+    pub fn end_capture(&self) -> Result<Option<deltakit::cudarc::driver::CudaGraph>> {
+        self.stream
+            .end_capture(deltakit::cudarc::driver::sys::CUgraphInstantiate_flags(0))
+            .map_err(drv)
+    }
+}
+
+/// Attention sequence lengths of a decode batch: `ctx + 1`, or -1 for a padding row (`ctx < 0`).
+fn seq_lens_of(ctx_lens: &[i32]) -> Vec<i32> {
+    ctx_lens.iter().map(|&c| if c < 0 { -1 } else { c + 1 }).collect()
 }
 
 fn alloc_ids(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<i32>> {
@@ -538,6 +915,16 @@ impl Backend for CudaBackend {
         if ids.is_empty() {
             return Ok(out);
         }
+        {
+            let g = self.lock()?;
+            if let Some(st) = g.active.and_then(|b| g.statics.get(&b)) {
+                if matches!(&st.staged, Some((staged, _)) if staged == ids) {
+                    mlp::embedding(&self.stream, &st.ids, &table.v(), table.rows, &mut out.vm())
+                        .map_err(dk)?;
+                    return Ok(out);
+                }
+            }
+        }
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
         let dids = self.stream.clone_htod(&ids).map_err(drv)?;
         mlp::embedding(&self.stream, &dids, &table.v(), table.rows, &mut out.vm()).map_err(dk)?;
@@ -623,8 +1010,8 @@ impl Backend for CudaBackend {
             return Ok(out);
         }
         let mut guard = self.lock()?;
-        let Scratch { batch: cached, gdr_ws, .. } = &mut *guard;
-        let db = self.upload_batch(cached, batch)?;
+        let Scratch { batch: cached, gdr_ws, statics, active, .. } = &mut *guard;
+        let db = self.upload_batch(cached, statics, *active, batch)?;
         let s = &self.stream;
 
         // Causal conv1d + SiLU over qkv, carrying each sequence's conv state.
@@ -753,8 +1140,12 @@ impl Backend for CudaBackend {
             return Ok(out);
         }
         let mut guard = self.lock()?;
-        let Scratch { batch: cached, attn_ws, .. } = &mut *guard;
-        let db = self.upload_batch(cached, batch)?;
+        let split_ctx = {
+            let g = &*guard;
+            g.active.and_then(|b| g.statics.get(&b)).map(|s| s.split_ctx)
+        };
+        let Scratch { batch: cached, attn_ws, statics, active, .. } = &mut *guard;
+        let db = self.upload_batch(cached, statics, *active, batch)?;
         let s = &self.stream;
         let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
         let kv = PagedKv {
@@ -799,7 +1190,9 @@ impl Backend for CudaBackend {
             }
             StepKind::Decode => {
                 let n = batch.num_seqs();
-                let max_ctx = db.seq_lens_host.iter().copied().max().unwrap_or(1).max(1) as usize;
+                let max_ctx = split_ctx.unwrap_or_else(|| {
+                    db.seq_lens_host.iter().copied().max().unwrap_or(1).max(1) as usize
+                });
                 let splits = attn::decode_splits(n, ad, max_ctx);
                 let ws = grow(s, attn_ws, attn::decode_workspace_len(n, ad, splits))?;
                 attn::decode(
@@ -854,6 +1247,26 @@ impl Backend for CudaBackend {
 
     fn tp_size(&self) -> usize {
         self.comm.as_ref().map_or(1, Communicator::<CudaSlice<bf16>>::world_size)
+    }
+
+    fn dummy(
+        &self,
+        local_shape: &[usize],
+        p: &deltakit_ref::init::DummyInit,
+        runs: &[std::ops::Range<usize>],
+    ) -> Result<CudaTensor> {
+        let cols = local_shape.last().copied().unwrap_or(1);
+        let n: usize = local_shape.iter().product();
+        let rows = n.checked_div(cols).unwrap_or(0);
+        if rows <= 1 {
+            // One-row weights keep an f32 copy: generate on the host (identical values).
+            let data = crate::dummy_init::fill_host(p, runs)?;
+            return self.upload(&HostTensor { shape: local_shape.to_vec(), data });
+        }
+        // SAFETY: `fill_device` writes all `n` elements (the shard's runs) before any read.
+        let mut buf = unsafe { alloc_uninit::<bf16>(&self.stream, n) }?;
+        crate::dummy_init::fill_device(&self.stream, p, runs, &mut buf)?;
+        Ok(CudaTensor { buf, f32_copy: None, rows, cols })
     }
 
     fn elem_bytes(&self) -> usize {

@@ -273,6 +273,23 @@ pub trait Backend {
     /// If the column counts differ.
     fn concat_rows(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
 
+    /// A seeded dummy weight (`--load-format dummy`): the `runs` (a shard's element runs of the
+    /// full tensor) of the tensor `p` describes, as a `local_shape` tensor. The default generates
+    /// it on the host ([`crate::dummy_init::fill_host`]) and uploads it; the CUDA backend
+    /// generates it on the device, bit for bit equal.
+    ///
+    /// # Errors
+    /// Parameter and allocation errors.
+    fn dummy(
+        &self,
+        local_shape: &[usize],
+        p: &deltakit_ref::init::DummyInit,
+        runs: &[std::ops::Range<usize>],
+    ) -> Result<Self::Tensor> {
+        let data = crate::dummy_init::fill_host(p, runs)?;
+        self.upload(&HostTensor { shape: local_shape.to_vec(), data })
+    }
+
     /// Ranks of the backend's tensor-parallel group (1 without a communicator).
     fn tp_size(&self) -> usize {
         1

@@ -128,12 +128,22 @@ impl<B: Backend> Qwen35<B> {
         let mut t: HashMap<String, B::Tensor> = HashMap::with_capacity(expected.len());
         let mut params = 0usize;
         let mut peak_staging = 0u64;
+        let seed = src.dummy_seed();
         for (name, shape, init) in &expected {
             let part = plan.part(cfg, name)?;
-            let host = src.get_part(name, shape, &part, *init)?;
-            params += host.data.len();
-            peak_staging = peak_staging.max(host.data.len() as u64 * 4);
-            t.insert(name.clone(), be.upload(&host)?);
+            let tensor = if let Some(seed) = seed {
+                // Seeded dummy weights are generated where they live (on the device for CUDA).
+                let local = part.local_shape(name, shape)?;
+                params += local.iter().product::<usize>();
+                let p = crate::dummy_init::params(name, shape, *init, seed)?;
+                be.dummy(&local, &p, &part.runs(shape))?
+            } else {
+                let host = src.get_part(name, shape, &part, *init)?;
+                params += host.data.len();
+                peak_staging = peak_staging.max(host.data.len() as u64 * 4);
+                be.upload(&host)?
+            };
+            t.insert(name.clone(), tensor);
             bar.inc(shape.iter().product::<usize>() as u64);
         }
         // A tied LM head under TP: this rank's vocabulary rows of the embedding, uploaded on
@@ -142,10 +152,18 @@ impl<B: Backend> Qwen35<B> {
             let p = cfg.arch.weight_prefix();
             let name = format!("{p}embed_tokens.weight");
             let shape = [cfg.vocab_size, cfg.hidden_size];
-            let host =
-                src.get_part(&name, &shape, &plan.lm_head_part(), crate::weights::Init::Embedding)?;
-            params += host.data.len();
-            Some(be.upload(&host)?)
+            let part = plan.lm_head_part();
+            let init = crate::weights::Init::Embedding;
+            if let Some(seed) = seed {
+                let local = part.local_shape(&name, &shape)?;
+                params += local.iter().product::<usize>();
+                let p = crate::dummy_init::params(&name, &shape, init, seed)?;
+                Some(be.dummy(&local, &p, &part.runs(&shape))?)
+            } else {
+                let host = src.get_part(&name, &shape, &part, init)?;
+                params += host.data.len();
+                Some(be.upload(&host)?)
+            }
         } else {
             None
         };
