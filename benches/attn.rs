@@ -2,10 +2,17 @@
 //! (TP1: 24 q / 4 kv heads, hd 256; TP2: 12 / 2). Prefill throughput is reported as elements =
 //! causal FLOPs (2 * 2 * H_q * T * T * hd / 2): criterion's "elem/s" is FLOP/s. Decode throughput
 //! is bytes of K and V read (2 * rows * ctx * H_kv * hd * 2 B).
-#![allow(missing_docs)] // criterion_group!/criterion_main! generate undocumented public items
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+//!
+//! `DELTAKIT_BENCH_QUICK=1` skips criterion and times every shape of the issue-14 sweep once
+//! (prefill hd 256: 24/4, 12/2, 16/4 at T = 2048, 8192, 32768, a varlen batch 8 x 2048 and 2048
+//! new tokens over 30k of context, on the sm_90a kernel and, at 24/4, the Triton kernel; decode
+//! 24/4 and 12/2 at contexts 4k and 32k, rows 1, 16, 64), printing one JSON line per shape
+//! (`{"group","id","kernel","us","work","unit"}`) for `tools/bench_attn_anchors.py`;
+//! `DELTAKIT_BENCH_FILTER=<substring>` keeps the prefill shapes whose id contains it (and no decode).
+#![allow(missing_docs)] // criterion_group! generates undocumented public items
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use deltakit::cudarc::driver::{CudaSlice, CudaStream};
-use deltakit::ops::attn::{self, AttnDims, PagedKv, SeqBatch};
+use deltakit::ops::attn::{self, AttnDims, PagedKv, PrefillKernel, SeqBatch};
 use half::bf16;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,9 +129,176 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
+/// Host metadata of a prefill batch: `n` sequences of `len` new tokens over `ctx` cached ones,
+/// pages in reverse order (scattered).
+struct HostBatch {
+    cu: Vec<i32>,
+    ctx: Vec<i32>,
+    table: Vec<i32>,
+    kv: PagedKv,
+}
+
+fn host_batch(n: usize, len: usize, ctx: usize) -> HostBatch {
+    let per = (ctx + len).div_ceil(PAGE);
+    let cu = (0..=n).map(|i| (i * len) as i32).collect();
+    let table = (0..(n * per) as i32).rev().collect();
+    HostBatch {
+        cu,
+        ctx: vec![ctx as i32; n],
+        table,
+        kv: PagedKv { page_size: PAGE, num_pages: n * per, max_pages: per },
+    }
+}
+
+/// Mean time of `f` over enough iterations to fill ~100 ms (at least 3, at most 200).
+fn quick_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> f64 {
+    let once = time(s, 1, &mut f).as_secs_f64();
+    let iters = ((0.1 / once.max(1e-6)) as u64).clamp(3, 200);
+    time(s, iters, f).as_secs_f64() / iters as f64
+}
+
+fn emit(group: &str, id: &str, kernel: &str, secs: f64, work: f64, unit: &str) {
+    println!(
+        "{{\"group\":\"{group}\",\"id\":\"{id}\",\"kernel\":\"{kernel}\",\"us\":{:.2},\"work\":{work:.6e},\"unit\":\"{unit}\"}}",
+        secs * 1e6
+    );
+}
+
+#[allow(clippy::too_many_lines)] // one sweep
+fn quick() {
+    let Some(ctx) = deltakit::testing::gpu_or_skip("benches/attn quick") else { return };
+    let s = ctx.new_stream().unwrap();
+    // (name, hq, hkv, sequences, new tokens each, prior context, FLOPs)
+    let mut cases: Vec<(String, usize, usize, usize, usize, usize, f64)> = Vec::new();
+    for (name, hq, hkv) in [("27b_tp1", 24usize, 4usize), ("27b_tp2", 12, 2), ("9b_tp1", 16, 4)] {
+        for t in [2048usize, 8192, 32_768] {
+            let flops = 2.0 * 2.0 * hq as f64 * (t * t) as f64 * 256.0 / 2.0;
+            cases.push((format!("{name}/{t}"), hq, hkv, 1, t, 0, flops));
+        }
+    }
+    let f8 = 8.0 * 2.0 * 2.0 * 24.0 * (2048.0 * 2048.0) * 256.0 / 2.0;
+    cases.push(("27b_tp1/varlen8x2048".into(), 24, 4, 8, 2048, 0, f8));
+    // 2048 new tokens over 30k cached: each query sees 30720 + its own causal prefix.
+    let fc = 2.0 * 2.0 * 24.0 * 2048.0 * (30_720.0 + 1024.5) * 256.0;
+    cases.push(("27b_tp1/chunk2048_ctx30720".into(), 24, 4, 1, 2048, 30_720, fc));
+    let filter = std::env::var("DELTAKIT_BENCH_FILTER").unwrap_or_default();
+    for (id, hq, hkv, n, len, ctxl, flops) in &cases {
+        if !id.contains(&filter) {
+            continue;
+        }
+        let dims = AttnDims { n_q_heads: *hq, n_kv_heads: *hkv, head_dim: 256 };
+        let hb = host_batch(*n, *len, *ctxl);
+        let (dcu, dctx, dtab) = (
+            s.clone_htod(&hb.cu).unwrap(),
+            s.clone_htod(&hb.ctx).unwrap(),
+            s.clone_htod(&hb.table).unwrap(),
+        );
+        let batch = SeqBatch {
+            cu_seqlens: &dcu,
+            ctx_lens: &dctx,
+            page_table: &dtab,
+            host_cu_seqlens: &hb.cu,
+            host_ctx_lens: &hb.ctx,
+            host_page_table: &hb.table,
+        };
+        let t = n * len;
+        let cache = hb.kv.num_pages * PAGE * hkv * 256;
+        let q = filled(&s, t * hq * 256, 1);
+        let kc = filled(&s, cache, 2);
+        let vc = filled(&s, cache, 3);
+        let mut out = s.alloc_zeros::<bf16>(t * hq * 256).unwrap();
+        let mut kernels = vec![(PrefillKernel::Auto, "sm90")];
+        if !std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1") {
+            kernels.push((PrefillKernel::Sm90PingPong, "sm90pp"));
+        }
+        // Triton at 27B TP1 up to 8k (its 32k run alone would take seconds).
+        if id.starts_with("27b_tp1/") && !id.contains("32768") {
+            kernels.push((PrefillKernel::Triton, "triton"));
+        }
+        for (k, kname) in kernels {
+            let secs = quick_time(&s, || {
+                attn::prefill_with(k, &s, &q, &kc, &vc, dims, hb.kv, &batch, None, &mut out)
+                    .unwrap();
+            });
+            emit("attn_prefill", id, kname, secs, *flops, "TFLOP/s");
+        }
+    }
+    if !filter.is_empty() {
+        return;
+    }
+    for (name, hq, hkv) in [("27b_tp1", 24usize, 4usize), ("27b_tp2", 12, 2)] {
+        let dims = AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: 256 };
+        for ctxlen in [4096usize, 32_768] {
+            for rows in [1usize, 16, 64] {
+                let per = ctxlen.div_ceil(PAGE);
+                let kv = PagedKv { page_size: PAGE, num_pages: rows * per, max_pages: per };
+                let table: Vec<i32> = (0..(rows * per) as i32).collect();
+                let lens = vec![ctxlen as i32; rows];
+                let (dlens, dtab) = (s.clone_htod(&lens).unwrap(), s.clone_htod(&table).unwrap());
+                let q = filled(&s, rows * hq * 256, 4);
+                let kc = filled(&s, rows * per * PAGE * hkv * 256, 5);
+                let vc = filled(&s, rows * per * PAGE * hkv * 256, 6);
+                // The split heuristic, then a sweep around it (which split count reads fastest).
+                let s0 = attn::decode_splits(rows, dims, ctxlen);
+                let mut cands = vec![s0];
+                for m in [s0 / 2, 2 * s0, 4 * s0, 8 * s0] {
+                    if (1..=ctxlen.div_ceil(64).min(1024)).contains(&m) && !cands.contains(&m) {
+                        cands.push(m);
+                    }
+                }
+                let most = *cands.iter().max().unwrap();
+                let mut ws =
+                    s.alloc_zeros::<f32>(attn::decode_workspace_len(rows, dims, most)).unwrap();
+                let mut out = s.alloc_zeros::<bf16>(rows * hq * 256).unwrap();
+                for (i, &splits) in cands.iter().enumerate() {
+                    let secs = quick_time(&s, || {
+                        attn::decode(
+                            &s,
+                            &q,
+                            &kc,
+                            &vc,
+                            dims,
+                            kv,
+                            (&dlens, &lens),
+                            (&dtab, &table),
+                            None,
+                            splits,
+                            &mut ws,
+                            &mut out,
+                        )
+                        .unwrap();
+                    });
+                    let bytes = (2 * rows * ctxlen * hkv * 256 * 2) as f64;
+                    let kname = if i == 0 {
+                        format!("triton_s{splits}_heuristic")
+                    } else {
+                        format!("triton_s{splits}")
+                    };
+                    emit(
+                        "attn_decode",
+                        &format!("{name}_ctx{ctxlen}/{rows}"),
+                        &kname,
+                        secs,
+                        bytes,
+                        "GB/s",
+                    );
+                }
+            }
+        }
+    }
+}
+
 criterion_group! {
     name = attn_benches;
     config = Criterion::default().measurement_time(Duration::from_secs(1)).warm_up_time(Duration::from_millis(300)).sample_size(20);
     targets = benches
 }
-criterion_main!(attn_benches);
+
+fn main() {
+    if std::env::var("DELTAKIT_BENCH_QUICK").is_ok_and(|v| v == "1") {
+        quick();
+        return;
+    }
+    attn_benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -4,7 +4,7 @@
 mod common;
 
 use deltakit::cudarc::driver::{CudaSlice, CudaStream};
-use deltakit::ops::attn::{self, AttnDims, PagedKv, Rope, SeqBatch};
+use deltakit::ops::attn::{self, AttnDims, PagedKv, PrefillKernel, Rope, SeqBatch};
 use deltakit::testing::{gpu_or_skip, rel_err};
 use deltakit_ref::attn as r;
 use half::bf16;
@@ -259,6 +259,239 @@ fn prefill_matches_reference_for_gqa_groups_and_prior_context() {
     eprintln!("INVARIANT attn.prefill vs ref max_rel_err={worst:.2e}");
 }
 
+/// The reference over one (sequence, kv head, query chunk) per task, on all CPU cores: new
+/// tokens `a..b` of a sequence with prior context `c` are the sequence `(b - a, c + a)` over the
+/// same pages, and kv head `h` with its `G` query heads is a problem of its own.
+fn ref_prefill_par(b: &Batch, q: &[bf16], kc: &[bf16], vc: &[bf16], dims: AttnDims) -> Vec<f32> {
+    const CHUNK: usize = 128;
+    let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
+    let g = hq / hkv;
+    let ps = b.kv.page_size;
+    let rows = b.kv.num_pages * ps;
+    // Per kv head caches [num_pages, page_size, 1, hd].
+    let split = |c: &[bf16]| -> Vec<Vec<bf16>> {
+        (0..hkv)
+            .map(|h| {
+                (0..rows)
+                    .flat_map(|r| &c[(r * hkv + h) * hd..(r * hkv + h + 1) * hd])
+                    .copied()
+                    .collect()
+            })
+            .collect()
+    };
+    let (kh, vh) = (split(kc), split(vc));
+    let mut tasks = Vec::new();
+    for i in 0..b.ctx.len() {
+        let len = (b.cu[i + 1] - b.cu[i]) as usize;
+        if b.ctx[i] < 0 {
+            continue;
+        }
+        for h in 0..hkv {
+            for a in (0..len).step_by(CHUNK) {
+                tasks.push((i, h, a, (a + CHUNK).min(len)));
+            }
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(4, std::num::NonZero::get);
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(i, h, a, e)) = tasks.get(k) else { break };
+                let n = e - a;
+                let t0 = b.cu[i] as usize + a;
+                let mut qs = Vec::with_capacity(n * g * hd);
+                for t in t0..t0 + n {
+                    qs.extend_from_slice(&q[(t * hq + h * g) * hd..(t * hq + (h + 1) * g) * hd]);
+                }
+                let table = &b.table[i * b.kv.max_pages..(i + 1) * b.kv.max_pages];
+                let mut o = vec![bf16::ZERO; qs.len()];
+                let rd = r::AttnDims { n_q_heads: g, n_kv_heads: 1, head_dim: hd };
+                r::prefill_paged(
+                    &qs,
+                    &kh[h],
+                    &vh[h],
+                    &[0, n as i32],
+                    &[b.ctx[i] + a as i32],
+                    r::PageTable { table, max_pages: b.kv.max_pages },
+                    ps,
+                    rd,
+                    None,
+                    &mut o,
+                )
+                .unwrap();
+                results.lock().unwrap().push((t0, h, o));
+            });
+        }
+    });
+    let mut out = vec![0f32; q.len()];
+    for (t0, h, o) in results.into_inner().unwrap() {
+        let n = o.len() / (g * hd);
+        for j in 0..n {
+            let dst = ((t0 + j) * hq + h * g) * hd;
+            for (d, x) in out[dst..dst + g * hd].iter_mut().zip(&o[j * g * hd..(j + 1) * g * hd]) {
+                *d = x.to_f32();
+            }
+        }
+    }
+    out
+}
+
+/// Largest relative error of one `hd`-row (catches a wrong row that the global norm would hide).
+fn worst_row_err(got: &[f32], expect: &[f32], hd: usize) -> f64 {
+    got.chunks(hd).zip(expect.chunks(hd)).map(|(a, e)| rel_err(a, e)).fold(0.0, f64::max)
+}
+
+/// (sequences as (new tokens, prior context or -1), page size, dims)
+type PrefillCase = (&'static [(usize, i32)], usize, AttnDims);
+
+/// Runs both prefill kernels on one random case and checks each against the reference.
+fn check_prefill_case(
+    s: &Arc<CudaStream>,
+    rng: &mut StdRng,
+    seed: u64,
+    seqs: &[(usize, i32)],
+    page_size: usize,
+    dims: AttnDims,
+) -> f64 {
+    let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
+    let b = make_batch(rng, seqs, page_size, 3);
+    let t = *b.cu.last().unwrap() as usize;
+    // q x 8 (exact in bf16): peaked softmax, so a mask error on one position shows.
+    let q = bf(&common::randn_f32(rng, t * hq * hd).iter().map(|x| x * 8.0).collect::<Vec<_>>());
+    let cl = b.kv.num_pages * page_size * hkv * hd;
+    let kc = bf(&common::randn_f32(rng, cl));
+    let vc = bf(&common::randn_f32(rng, cl));
+    let expect = ref_prefill_par(&b, &q, &kc, &vc, dims);
+    let d = b.upload(s);
+    let (dq, dkc, dvc) =
+        (s.clone_htod(&q).unwrap(), s.clone_htod(&kc).unwrap(), s.clone_htod(&vc).unwrap());
+    let mut worst = 0f64;
+    // DELTAKIT_TEST_SKIP_PINGPONG=1 leaves the ping-pong schedule out (device-run triage).
+    let skip_pp = std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1");
+    for kernel in [PrefillKernel::Auto, PrefillKernel::Sm90PingPong, PrefillKernel::Triton] {
+        if skip_pp && kernel == PrefillKernel::Sm90PingPong {
+            continue;
+        }
+        let mut out = s.clone_htod(&vec![bf16::NAN; t * hq * hd]).unwrap();
+        attn::prefill_with(kernel, s, &dq, &dkc, &dvc, dims, b.kv, &b.view(&d), None, &mut out)
+            .unwrap();
+        let got = f(&s.clone_dtoh(&out).unwrap());
+        let err = rel_err(&got, &expect);
+        let row = worst_row_err(&got, &expect, hd);
+        worst = worst.max(err);
+        let lens: Vec<_> = seqs.iter().map(|x| x.0).collect();
+        let ctxs: Vec<_> = seqs.iter().map(|x| x.1).collect();
+        assert!(
+            err <= 1e-2 && row <= 5e-2,
+            "{kernel:?} hd={hd} {hq}/{hkv} lens={lens:?} ctx={ctxs:?} ps={page_size} \
+             seed={seed}: rel err {err}, worst row {row}"
+        );
+        for (i, &(len, c)) in seqs.iter().enumerate() {
+            if c < 0 {
+                let r0 = b.cu[i] as usize * hq * hd;
+                assert!(
+                    got[r0..r0 + len * hq * hd].iter().all(|&x| x == 0.0),
+                    "{kernel:?}: padding row not zero"
+                );
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn prefill_kernels_match_reference_for_every_group_size_page_size_and_prior_context() {
+    let Some(ctx) = gpu_or_skip("prefill_kernels_match_reference_for_every_group_size") else {
+        return;
+    };
+    let s = ctx.new_stream().unwrap();
+    let mut worst = 0f64;
+    let mut case = 0u64;
+    for &hd in &[256usize, 128, 64] {
+        for &g in &[1usize, 2, 3, 4, 6, 8, 12, 16] {
+            case += 1;
+            let (mut rng, seed) = common::rng(400 + case);
+            let hkv = if g <= 8 { 2 } else { 1 };
+            let page_size = [1usize, 16, 64][case as usize % 3];
+            let n = rng.gen_range(1..=3);
+            let mut seqs: Vec<(usize, i32)> = (0..n)
+                .map(|_| {
+                    let c = *[0i32, 1, 63, 4095, -1].choose(&mut rng).unwrap();
+                    let lens: &[usize] =
+                        if c == 4095 { &[1, 7, 65] } else { &[1, 7, 63, 64, 65, 130, 257, 600] };
+                    (*lens.choose(&mut rng).unwrap(), c)
+                })
+                .collect();
+            // Every case has one live sequence.
+            seqs.push((
+                *[5usize, 129, 300].choose(&mut rng).unwrap(),
+                [0i32, 1, 63][case as usize % 3],
+            ));
+            seqs.shuffle(&mut rng);
+            let dims = AttnDims { n_q_heads: g * hkv, n_kv_heads: hkv, head_dim: hd };
+            worst = worst.max(check_prefill_case(&s, &mut rng, seed, &seqs, page_size, dims));
+        }
+    }
+    eprintln!("INVARIANT attn.prefill (sm90 + triton) group sweep max_rel_err={worst:.2e}");
+}
+
+/// Small cases of both kernels for the compute-sanitizer runs (memcheck, racecheck): every head
+/// dim, page sizes 1 / 16 / 64, prior context, a padding sequence, a partial last row block.
+#[test]
+fn prefill_kernels_small_cases_for_sanitizer() {
+    let Some(ctx) = gpu_or_skip("prefill_kernels_small_cases_for_sanitizer") else { return };
+    let s = ctx.new_stream().unwrap();
+    let cases: [PrefillCase; 3] = [
+        (
+            &[(65, 63), (3, -1), (130, 0)],
+            16,
+            AttnDims { n_q_heads: 6, n_kv_heads: 1, head_dim: 256 },
+        ),
+        (&[(7, 1), (200, 0)], 1, AttnDims { n_q_heads: 6, n_kv_heads: 2, head_dim: 128 }),
+        (&[(129, 4), (1, 0)], 64, AttnDims { n_q_heads: 16, n_kv_heads: 1, head_dim: 64 }),
+    ];
+    for (i, (seqs, ps, dims)) in cases.iter().enumerate() {
+        let (mut rng, seed) = common::rng(600 + i as u64);
+        check_prefill_case(&s, &mut rng, seed, seqs, *ps, *dims);
+    }
+}
+
+#[test]
+fn prefill_kernels_match_reference_on_varlen_mixes_long_sequences_and_single_tokens() {
+    let Some(ctx) = gpu_or_skip("prefill_kernels_match_reference_on_varlen_mixes") else {
+        return;
+    };
+    let s = ctx.new_stream().unwrap();
+    let mut worst = 0f64;
+    let cases: [PrefillCase; 5] = [
+        // Varlen mix of lengths 1..5000 with prior contexts and a padding sequence (27B TP1 group).
+        (
+            &[(1, 0), (5000, 0), (17, 4095), (2048, 63), (333, 1), (9, -1), (1, 0), (4095, 0)],
+            16,
+            AttnDims { n_q_heads: 6, n_kv_heads: 1, head_dim: 256 },
+        ),
+        // T = 1 sequences with and without context (decode-like rows through prefill).
+        (&[(1, 0)], 16, AttnDims { n_q_heads: 24, n_kv_heads: 4, head_dim: 256 }),
+        (
+            &[(1, 4095), (1, 1), (1, -1)],
+            1,
+            AttnDims { n_q_heads: 24, n_kv_heads: 4, head_dim: 256 },
+        ),
+        // One 16k sequence.
+        (&[(16384, 0)], 64, AttnDims { n_q_heads: 2, n_kv_heads: 1, head_dim: 128 }),
+        // Chunked prefill: 512 new tokens over 16k of prior context (27B TP2 group).
+        (&[(512, 16000)], 16, AttnDims { n_q_heads: 6, n_kv_heads: 1, head_dim: 256 }),
+    ];
+    for (i, (seqs, ps, dims)) in cases.iter().enumerate() {
+        let (mut rng, seed) = common::rng(500 + i as u64);
+        worst = worst.max(check_prefill_case(&s, &mut rng, seed, seqs, *ps, *dims));
+    }
+    eprintln!("INVARIANT attn.prefill (sm90 + triton) varlen/long max_rel_err={worst:.2e}");
+}
+
 #[test]
 fn decode_matches_reference_and_last_prefill_row_including_32k_split_k() {
     let Some(ctx) =
@@ -303,7 +536,12 @@ fn decode_matches_reference_and_last_prefill_row_including_32k_split_k() {
         attn::prefill(&s, &dq, &dkc, &dvc, dims, b.kv, &b.view(&d), None, &mut pre).unwrap();
         let pre = f(&s.clone_dtoh(&pre).unwrap());
         let max_ctx = lens.iter().copied().max().unwrap() as usize;
-        for splits in [1usize, 3, attn::decode_splits(n, dims, max_ctx)] {
+        for splits in [
+            1usize,
+            3,
+            attn::decode_splits(n, dims, max_ctx),
+            attn::decode_splits_long_context(n, dims, max_ctx),
+        ] {
             let mut ws = s.alloc_zeros::<f32>(attn::decode_workspace_len(n, dims, splits)).unwrap();
             let mut out = s.clone_htod(&vec![bf16::NAN; q.len()]).unwrap();
             attn::decode(
@@ -382,4 +620,22 @@ fn attention_rejects_bad_metadata() {
     .unwrap_err();
     assert!(matches!(e, deltakit::Error::Unsupported { .. }), "{e}");
     assert!(s.clone_dtoh(&out).unwrap().iter().all(|x| x.is_nan()), "written on error");
+}
+
+#[test]
+fn decode_split_heuristics_stay_in_their_workspace_bounds() {
+    for &(hq, hkv) in &[(24usize, 4usize), (12, 2), (16, 1), (4, 4)] {
+        let dims = AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: 256 };
+        for rows in [1usize, 2, 7, 16, 64, 300] {
+            for ctx in [1usize, 17, 64, 65, 4096, 32_768, 131_072] {
+                let s = attn::decode_splits(rows, dims, ctx);
+                assert!((1..=128).contains(&s) && (s == 1 || s <= ctx.div_ceil(64)));
+                // The engine's capacity plan: one split per row + ceil(264 / H_kv) programs.
+                assert!(rows * s <= rows + 264usize.div_ceil(hkv), "{rows} x {s} splits");
+                let l = attn::decode_splits_long_context(rows, dims, ctx);
+                assert!(l >= s && l <= 128 && (l == 1 || l <= ctx.div_ceil(64)));
+                assert!(l >= ctx.div_ceil(1024).min(128), "{l} splits for {ctx}");
+            }
+        }
+    }
 }

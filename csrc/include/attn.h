@@ -1,5 +1,6 @@
-/* attn.* : gated full attention of Qwen3.5 (prep kernel in CUDA; prefill/decode attention are
- * Triton AOT kernels, declared in the generated dk_triton.h). Included by deltakit.h. */
+/* attn.* : gated full attention of Qwen3.5 (prep kernel in CUDA; prefill in CUDA for sm_90a with
+ * the Triton AOT kernel as the portable path; decode in Triton AOT; the Triton kernels are
+ * declared in the generated dk_triton.h). Included by deltakit.h. */
 #ifndef DELTAKIT_ATTN_H
 #define DELTAKIT_ATTN_H
 
@@ -49,5 +50,44 @@ typedef struct DkAttnPrepParams {
 
 /** attn.prep (CUDA C++). */
 dk_status dk_attn_prep(const DkAttnPrepParams *p, dk_stream_t stream);
+
+/** attn.prefill on sm_90a (CUDA C++, csrc/attn/prefill_sm90.cu): causal GQA attention of the new
+ * tokens of a varlen batch over the paged KV cache, with prior context, mirroring the Triton
+ * attn_prefill kernel (HF Qwen3_5Attention's sdpa(is_causal) with a cache). New token j of
+ * sequence s sits at absolute position ctx_lens[s] + j and attends to cache positions
+ * 0..=ctx_lens[s] + j (its own k/v already written by attn.prep); f32 online softmax, bf16 P,
+ * f32 accumulation, one rounding of the output.
+ * Layouts: q, out bf16 [T, HQ, HD] contiguous, 16-byte aligned; caches bf16 [num_pages,
+ * page_size, HKV, HD]; cu_seqlens i32 [N+1]; ctx_lens i32 [N] (-1 = padding sequence: zero
+ * rows); page_table i32 [N, max_pages]. HD in {64, 128, 256}; any GQA group; any page size.
+ * max_seqlen = the longest new-token run (host value; sizes the grid). Page ids outside
+ * [0, num_pages) read as zeros (the safe wrapper rejects such tables first).
+ * Returns DK_ERR_NO_KERNEL_IMAGE when the device does not run sm_90a code (callers then use the
+ * portable Triton kernel), DK_ERR_UNSUPPORTED for another head dim. */
+typedef struct DkAttnPrefillSm90Params {
+  uint64_t q;
+  uint64_t k_cache;
+  uint64_t v_cache;
+  uint64_t out;
+  uint64_t cu_seqlens;
+  uint64_t ctx_lens;
+  uint64_t page_table;
+  int64_t num_tokens;
+  int64_t num_seqs;
+  int64_t max_seqlen;
+  int64_t n_q_heads;
+  int64_t n_kv_heads;
+  int64_t head_dim;
+  int64_t page_size;
+  int64_t max_pages;
+  int64_t num_pages;
+  float scale;
+  /** 0: the two consumer warpgroups issue their GEMMs freely; 1: ping-pong (they take turns,
+   * one warpgroup's softmax overlapping the other's GEMMs). Same results. */
+  int32_t schedule;
+} DkAttnPrefillSm90Params;
+
+/** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
+dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
 #endif

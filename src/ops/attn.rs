@@ -394,8 +394,23 @@ pub fn prep<I: DevicePtr<i32>>(
 /// specialization in `triton_aot/manifest.toml`).
 const PREFILL_BLOCK_M: usize = 64;
 
-/// Causal GQA prefill attention over the paged cache (Triton AOT `attn_prefill_hd{64,128,256}`),
-/// mirroring HF `Qwen3_5Attention`'s `sdpa(is_causal)` with prior context (chunked prefill):
+/// Which kernel [`prefill`] runs, from `DELTAKIT_ATTN_PREFILL` (read once per process):
+/// `triton` forces the portable Triton kernel; anything else (or unset) picks the sm_90a CUDA
+/// kernel on a device that runs it, else Triton.
+#[must_use]
+pub fn prefill_uses_sm90_kernel_if_possible() -> bool {
+    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        std::env::var("DELTAKIT_ATTN_PREFILL").map_or(true, |v| !v.eq_ignore_ascii_case("triton"))
+    })
+}
+
+/// Causal GQA prefill attention over the paged cache, mirroring HF `Qwen3_5Attention`'s
+/// `sdpa(is_causal)` with prior context (chunked prefill). Kernels: on a compute-capability 9.0
+/// device of a build with `90a`, the CUDA C++ `dk_attn_prefill_sm90` (wgmma, warp-specialized,
+/// the q heads of a GQA group packed so each K/V tile is read once per group; see
+/// `csrc/attn/prefill_sm90.cu`); elsewhere, or with `DELTAKIT_ATTN_PREFILL=triton`, the Triton AOT
+/// `attn_prefill_hd{64,128,256}` (same semantics). Semantics:
 /// new token `j` of sequence `s` (absolute position `ctx_lens[s] + j`) attends to cache positions
 /// `0..=ctx_lens[s] + j`; the new tokens' k/v must already be in the cache ([`prep`]). f32 online
 /// softmax, bf16 PV product with f32 accumulation, `scale` default `hd^-0.5`. CPU twin:
@@ -407,6 +422,49 @@ const PREFILL_BLOCK_M: usize = 64;
 /// As [`prep`] (no duplicate-row check: nothing is written to the cache).
 #[allow(clippy::too_many_arguments)]
 pub fn prefill<I: DevicePtr<i32>>(
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    batch: &SeqBatch<'_, I>,
+    scale: Option<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    let kernel = if prefill_uses_sm90_kernel_if_possible() {
+        PrefillKernel::Auto
+    } else {
+        PrefillKernel::Triton
+    };
+    prefill_with(kernel, stream, q, k_cache, v_cache, dims, kv, batch, scale, out)
+}
+
+/// Kernel choice for [`prefill_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// The sm_90a CUDA kernel where the device runs it (its default warpgroup schedule), else
+    /// Triton.
+    Auto,
+    /// The sm_90a CUDA kernel with the ping-pong schedule of its two consumer warpgroups (they
+    /// take turns issuing GEMMs), else Triton. Same results as `Auto`.
+    Sm90PingPong,
+    /// The portable Triton AOT kernel.
+    Triton,
+}
+
+/// The sm_90a kernel's default consumer schedule: 1 = ping-pong, 0 = free-running (ping-pong
+/// measured 1-2.5% faster at every issue-14 shape on an H200, 2026-12-01).
+const SM90_DEFAULT_SCHEDULE: i32 = 1;
+
+/// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
+/// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
+///
+/// # Errors
+/// As [`prefill`].
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // validation + two kernel paths
+pub fn prefill_with<I: DevicePtr<i32>>(
+    kernel: PrefillKernel,
     stream: &CudaStream,
     q: &impl DevicePtr<bf16>,
     k_cache: &impl DevicePtr<bf16>,
@@ -458,12 +516,43 @@ pub fn prefill<I: DevicePtr<i32>>(
     for (arg, p) in [("q", qp), ("k_cache", kp), ("v_cache", vp), ("out", op)] {
         validate::aligned(OP, arg, p, 16)?;
     }
+    let i64_of = |arg, x| validate::i64_of(OP, arg, x);
+    if kernel != PrefillKernel::Triton {
+        let schedule =
+            if kernel == PrefillKernel::Sm90PingPong { 1 } else { SM90_DEFAULT_SCHEDULE };
+        let params = ffi::DkAttnPrefillSm90Params {
+            q: qp,
+            k_cache: kp,
+            v_cache: vp,
+            out: op,
+            cu_seqlens: cup,
+            ctx_lens: ctxp,
+            page_table: ptp,
+            num_tokens: i64_of("q", t)?,
+            num_seqs: i64_of("cu_seqlens", n)?,
+            max_seqlen: i64_of("cu_seqlens", longest.max(1))?,
+            n_q_heads: i64_of("dims.n_q_heads", dims.n_q_heads)?,
+            n_kv_heads: i64_of("dims.n_kv_heads", dims.n_kv_heads)?,
+            head_dim: i64_of("dims.head_dim", dims.head_dim)?,
+            page_size: i64_of("kv.page_size", kv.page_size)?,
+            max_pages: i64_of("kv.max_pages", kv.max_pages)?,
+            num_pages: i64_of("kv.num_pages", kv.num_pages)?,
+            scale,
+            schedule,
+        };
+        // SAFETY: live buffers of the checked extents; metadata validated on the host copies; the
+        // kernel reads out-of-range page ids as zeros and clamps cu_seqlens.
+        let status = unsafe { ffi::dk_attn_prefill_sm90(&raw const params, raw_stream(stream)) };
+        if status != ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE {
+            return check(OP, status);
+        }
+        // The device does not run sm_90a code (or the build lacks it): portable path below.
+    }
     let launch = match dims.head_dim {
         64 => ffi::dk_triton_attn_prefill_hd64,
         128 => ffi::dk_triton_attn_prefill_hd128,
         _ => ffi::dk_triton_attn_prefill_hd256,
     };
-    let i64_of = |arg, x| validate::i64_of(OP, arg, x);
     // SAFETY: live buffers of the checked extents; metadata validated on the host copies; the
     // kernel masks out-of-range page ids and clamps cu_seqlens.
     check(OP, unsafe {
@@ -502,12 +591,27 @@ pub fn decode_workspace_len(rows: usize, dims: AttnDims, num_splits: usize) -> u
 }
 
 /// A split count that fills an H200 (132 SMs, ~2 waves) for `rows` rows, capped so every split
-/// covers at least 256 positions of `max_ctx`. Fix it per CUDA-graph bucket.
+/// covers at least 64 positions of `max_ctx` (and at 128 splits): `rows * splits` stays within
+/// `rows + ceil(264 / H_kv)`, the bound the engine's capacity plan reserves workspace for. Fix it
+/// per CUDA-graph bucket. (The 64-position floor, from 256 before, was chosen from a split sweep
+/// on an H200: rows 1 at 4k context read 1.5x faster; docs/benchmarks/2026-12-01-attn-prefill-sm90.md.)
 #[must_use]
 pub fn decode_splits(rows: usize, dims: AttnDims, max_ctx: usize) -> usize {
     let programs = rows.max(1) * dims.n_kv_heads.max(1);
     let want = (2 * 132usize).div_ceil(programs);
-    want.clamp(1, max_ctx.div_ceil(256).clamp(1, 128))
+    want.clamp(1, max_ctx.div_ceil(64).clamp(1, 128))
+}
+
+/// [`decode_splits`] raised to at least one split per 1024 positions of `max_ctx`: more loads in
+/// flight on long contexts (H200 sweep: 24/4 heads, 32k context, 16 / 64 rows read at 3.2 / 3.5
+/// TB/s with 32-40 / 16 splits against 3.0 / 2.6 TB/s with [`decode_splits`]). Its workspace
+/// ([`decode_workspace_len`]) grows with `rows * max_ctx / 1024`: size it from this function,
+/// not from the `decode_splits` bound.
+#[must_use]
+pub fn decode_splits_long_context(rows: usize, dims: AttnDims, max_ctx: usize) -> usize {
+    decode_splits(rows, dims, max_ctx)
+        .max(max_ctx.div_ceil(1024))
+        .clamp(1, max_ctx.div_ceil(64).clamp(1, 128))
 }
 
 /// Paged decode attention, split-K ("flash decoding", Triton AOT `attn_decode_hd*` +

@@ -1,6 +1,10 @@
 """attn.prefill and attn.decode: causal GQA attention over the paged KV cache (Qwen3.5 gated
 full-attention layers; the gate, norms and RoPE are applied elsewhere).
 
+attn_prefill_kernel is the portable path: on a compute-capability 9.0 device the wrapper runs the
+sm_90a CUDA kernel csrc/attn/prefill_sm90.cu instead (same semantics; DELTAKIT_ATTN_PREFILL=triton
+forces this one).
+
 Mirrors HF `Qwen3_5Attention`'s core (`sdpa` with `is_causal` and a cache) / vLLM's
 `flash_attn_varlen_func` with a block table; the CPU twins are
 `deltakit_ref::attn::{prefill_paged, decode_paged}`.

@@ -1,0 +1,613 @@
+// attn.prefill for sm_90a (Hopper): causal GQA attention over the paged KV cache with prior
+// context and varlen batches, FlashAttention-3 style. CPU twin: deltakit_ref::attn::prefill_paged;
+// the portable path is the Triton kernel in triton_aot/attn/attention.py (same semantics).
+//
+// Work split. One CTA = one block of BM = 128 "packed rows" of one sequence and one kv head: the
+// G = HQ / HKV query heads of a kv head are packed into the M dimension (row r of a sequence is
+// token r / G, query head kvh * G + r % G), so every K/V tile is read once per GQA group. Grid:
+// (N * max_m_blocks, HKV); the heaviest (last) row blocks of a sequence launch first.
+//
+// Warp specialization (384 threads): warpgroup 0 is the producer (setmaxnreg down to 40 regs): it
+// gathers Q and then K/V tiles of BN cache positions with 16-byte cp.async from the paged cache
+// (any page size: one page lookup per position and tile), zero-filling rows past the causal end,
+// into 128-byte-swizzled shared memory, and signals full mbarriers (cp.async.mbarrier.arrive).
+// Warpgroups 1 and 2 are consumers (setmaxnreg up to 232) of 64 rows each: S = Q K^T with
+// wgmma m64nBNk16 (both operands from shared memory, K-major), online softmax in f32 (exp2, the
+// row max and sum per thread-quad), P packed to bf16 in registers, O += P V with wgmma
+// m64nHDk16 (A from registers, V MN-major from shared memory). The QK^T of tile j+1 is issued
+// before the PV of tile j and its softmax runs while the PV product is in flight (intra-warpgroup
+// overlap). The K half of a stage goes back to the producer (its own empty mbarrier) as soon as
+// its QK^T product completed, the V half after its PV product, so the next K tile loads a whole
+// iteration ahead. With schedule 1 ("ping-pong", named barriers 1 and 2) the two consumer
+// warpgroups take turns issuing their GEMMs, one's softmax overlapping the other's GEMMs.
+// Tiles wholly before the block's first query position run without a mask; the rest (the
+// diagonal) mask positions past each row's own position.
+// The producer computes each K/V row's cache offset once per tile (one lane per row, shared with
+// the lanes copying that row by shuffles, fetched one tile ahead) and reuses it for V.
+//
+// Shared memory per CTA (HD 256): Q 64 KB + 2 stages x (K 32 KB + V 32 KB) = 192 KB.
+// Every operand tile is stored as HD/64 column blocks of [rows][64] bf16 (128 bytes per row, the
+// 16-byte chunk index XOR-ed with row % 8: the hardware's 128-byte swizzle, blocks 1024-aligned).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "../common/launch.cuh"
+#include "sm90_wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DK_ATTN_SM90A 1
+#endif
+
+namespace dk {
+namespace attn_sm90 {
+
+constexpr int kThreads = 384;
+constexpr int kBM = 128;
+
+template <int HD>
+struct Cfg;
+template <>
+struct Cfg<256> {
+  static constexpr int BN = 64;
+  static constexpr int STAGES = 2;
+};
+template <>
+struct Cfg<128> {
+  static constexpr int BN = 128;
+  static constexpr int STAGES = 2;
+};
+template <>
+struct Cfg<64> {
+  static constexpr int BN = 128;
+  static constexpr int STAGES = 2;
+};
+
+template <int HD>
+constexpr size_t smem_bytes() {
+  return size_t(kBM) * HD * 2 + size_t(Cfg<HD>::STAGES) * 2 * Cfg<HD>::BN * HD * 2 +
+         8 * (1 + 4 * Cfg<HD>::STAGES) + 1024;
+}
+
+struct Args {
+  DkAttnPrefillSm90Params p;
+  int64_t max_m_blocks;
+  int group;
+};
+
+#ifdef DK_ATTN_SM90A
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile(
+      "{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+      : "memory");
+}
+// Arrive on `bar` once every cp.async this thread issued so far has landed.
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// 16-byte copy global -> shared; src_bytes = 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+// 2^x (MUFU.EX2; -inf -> 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int N>
+__device__ __forceinline__ void qk_gemm(float (&s)[N], uint64_t dq, uint64_t dk);
+template <>
+__device__ __forceinline__ void qk_gemm<32>(float (&s)[32], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n64k16(s, dq, dk, 0);
+}
+template <>
+__device__ __forceinline__ void qk_gemm<64>(float (&s)[64], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n128k16(s, dq, dk, 0);
+}
+template <int N>
+__device__ __forceinline__ void qk_gemm_acc(float (&s)[N], uint64_t dq, uint64_t dk);
+template <>
+__device__ __forceinline__ void qk_gemm_acc<32>(float (&s)[32], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n64k16(s, dq, dk, 1);
+}
+template <>
+__device__ __forceinline__ void qk_gemm_acc<64>(float (&s)[64], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n128k16(s, dq, dk, 1);
+}
+template <int N>
+__device__ __forceinline__ void pv_gemm(float (&o)[N], const uint32_t* a, uint64_t dv);
+template <>
+__device__ __forceinline__ void pv_gemm<32>(float (&o)[32], const uint32_t* a, uint64_t dv) {
+  sm90::wgmma_rs_m64n64k16_tb(o, a, dv);
+}
+template <>
+__device__ __forceinline__ void pv_gemm<64>(float (&o)[64], const uint32_t* a, uint64_t dv) {
+  sm90::wgmma_rs_m64n128k16_tb(o, a, dv);
+}
+template <>
+__device__ __forceinline__ void pv_gemm<128>(float (&o)[128], const uint32_t* a, uint64_t dv) {
+  sm90::wgmma_rs_m64n256k16_tb(o, a, dv);
+}
+
+// Copies `rows` rows of HD bf16 (row i from src(i), or zeros where src(i) is null) into a
+// swizzled tile at `tile` (HD/64 column blocks of rows x 128 bytes), by the 128 producer threads.
+// `valid` is any global address (the zero-fill copies name it but read nothing).
+template <int HD, int ROWS, class Src>
+__device__ __forceinline__ void load_tile(uint32_t tile, int t, const void* valid, Src src) {
+  constexpr int CPR = HD / 8;       // 16-byte chunks per row
+  constexpr int RSTEP = 128 / CPR;  // rows per pass of the warpgroup
+  const int c = t % CPR;
+  const uint32_t cb = uint32_t(c / 8) * (ROWS * 128);
+  const uint32_t cw = uint32_t(c % 8);
+#pragma unroll 4
+  for (int r = t / CPR; r < ROWS; r += RSTEP) {
+    const __nv_bfloat16* row = src(r);
+    const uint32_t dst = tile + cb + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+    cp_async_16(dst, row ? static_cast<const void*>(row + c * 8) : valid, row ? 16u : 0u);
+  }
+}
+#endif  // DK_ATTN_SM90A
+
+// PP: "ping-pong" ordering of the two consumer warpgroups (named barriers 1 and 2): a
+// warpgroup issues its GEMMs of an iteration only after the other one issued its own, so one
+// warpgroup's softmax runs while the other's GEMMs use the tensor cores.
+template <int HD, bool PP>
+__global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_constant__ Args a) {
+#ifdef DK_ATTN_SM90A
+  constexpr int BN = Cfg<HD>::BN;
+  constexpr int ST = Cfg<HD>::STAGES;
+  constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
+  const DkAttnPrefillSm90Params& p = a.p;
+  const int G = a.group;
+  const int64_t seq = int64_t(blockIdx.x) / a.max_m_blocks;
+  const int64_t mb = a.max_m_blocks - 1 - int64_t(blockIdx.x) % a.max_m_blocks;
+  const int64_t kvh = blockIdx.y;
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  const int64_t T = p.num_tokens;
+  const int64_t bos = min(max(int64_t(cu[seq]), int64_t(0)), T);
+  const int64_t eos = min(max(int64_t(cu[seq + 1]), bos), T);
+  const int64_t rows_total = (eos - bos) * G;
+  const int64_t m0 = mb * kBM;
+  if (m0 >= rows_total) return;
+  const int ctx = reinterpret_cast<const int*>(p.ctx_lens)[seq];
+  const int tid = threadIdx.x;
+  const int64_t HQ = p.n_q_heads;
+  const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(p.q);
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  auto row_off = [&](int64_t vr) {  // element offset of packed row vr in q / out
+    const int64_t tok = vr / G;
+    const int64_t hh = vr - tok * G;
+    return ((bos + tok) * HQ + kvh * G + hh) * HD;
+  };
+  if (ctx < 0) {  // padding sequence: zero output rows
+    const int64_t rows = min(int64_t(kBM), rows_total - m0);
+    for (int64_t i = tid; i < rows * (HD / 8); i += kThreads) {
+      const int64_t r = i / (HD / 8);
+      const int64_t c = i - r * (HD / 8);
+      *reinterpret_cast<uint4*>(out + row_off(m0 + r) + c * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int tok_lo = int(m0 / G);
+  const int tok_hi = int(min(m0 + kBM - 1, rows_total - 1) / G);
+  const int kv_end = ctx + tok_hi + 1;
+  const int n_tiles = (kv_end + BN - 1) / BN;
+  const int n_full = (ctx + tok_lo + 1) / BN;
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = base;
+  const uint32_t sKV = sQ + uint32_t(kBM) * HD * 2;  // stage s: K at +2s TILE, V at +(2s+1) TILE
+  const uint32_t bars = sKV + 2 * ST * TILE;
+  const uint32_t barQ = bars;
+  auto full_k = [&](int s) { return bars + 8u * uint32_t(1 + s); };
+  auto full_v = [&](int s) { return bars + 8u * uint32_t(1 + ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * uint32_t(1 + 2 * ST + s); };
+  auto empty_v = [&](int s) { return bars + 8u * uint32_t(1 + 3 * ST + s); };
+  if (tid == 0) {
+    mbar_init(barQ, 128);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full_k(s), 128);
+      mbar_init(full_v(s), 128);
+      mbar_init(empty_k(s), 256);
+      mbar_init(empty_v(s), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ---------------- producer warpgroup ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
+      const int64_t vr = m0 + r;
+      return vr < rows_total ? q + row_off(vr) : nullptr;
+    });
+    cp_async_arrive(barQ);
+    const int* table = reinterpret_cast<const int*>(p.page_table) + seq * p.max_pages;
+    const __nv_bfloat16* kc = reinterpret_cast<const __nv_bfloat16*>(p.k_cache);
+    const __nv_bfloat16* vc = reinterpret_cast<const __nv_bfloat16*>(p.v_cache);
+    const int ps = int(p.page_size);
+    const int hkv = int(p.n_kv_heads);
+    const int num_pages = int(min(p.num_pages, int64_t(0x7fffffff)));
+    // Thread mapping of a tile copy: CPR 16-byte chunks per row, RPW rows per warp and pass.
+    // Lane L of warp w owns the cache offset of the warp's L-th row (pass L / RPW, row
+    // pass * 4 * RPW + w * RPW + L % RPW): one page lookup per row and tile, shared through
+    // shuffles by the lanes that copy the row, reused for K and V, and fetched one tile ahead.
+    constexpr int CPR = HD / 8;
+    constexpr int RPW = 32 / CPR;
+    constexpr int PASSES = BN / (4 * RPW);
+    static_assert(PASSES * RPW <= 32, "one row offset per lane");
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    const int c = lane % CPR;
+    const uint32_t cw = uint32_t(c % 8);
+    const uint32_t cb = uint32_t(c / 8) * uint32_t(BN * 128);
+    auto row_offset = [&](int j) -> int64_t {  // element offset of this lane's row; -1 = zeros
+      if (lane >= PASSES * RPW) return -1;
+      const int r = (lane / RPW) * 4 * RPW + warp * RPW + lane % RPW;
+      const int pos = j * BN + r;
+      if (pos >= kv_end) return -1;
+      const int page = __ldg(table + pos / ps);
+      if (page < 0 || page >= num_pages) return -1;
+      return ((int64_t(page) * ps + pos % ps) * hkv + kvh) * HD;
+    };
+    int64_t off = row_offset(0);
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % ST;
+#pragma unroll 1
+      for (int kv = 0; kv < 2; ++kv) {
+        // K of tile j - ST is free once its QK^T product completed, V once its PV product did.
+        if (j >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), uint32_t((j / ST) - 1) & 1u);
+        const __nv_bfloat16* cache = kv == 0 ? kc : vc;
+        const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cb;
+#pragma unroll 4
+        for (int pass = 0; pass < PASSES; ++pass) {
+          const int64_t o = __shfl_sync(0xffffffffu, off, pass * RPW + lane / CPR);
+          const int r = pass * 4 * RPW + warp * RPW + lane / CPR;
+          const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+          cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
+                      o >= 0 ? 16u : 0u);
+        }
+        cp_async_arrive(kv == 0 ? full_k(s) : full_v(s));
+      }
+      if (j + 1 < n_tiles) off = row_offset(j + 1);
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int ct = tid - 128;
+  const int w = ct / 128;
+  const int lane = tid % 32;
+  const int warp = (ct % 128) / 32;
+  const int r_lo = w * 64 + warp * 16 + lane / 4;  // this thread's rows: r_lo and r_lo + 8
+  const int64_t vr0 = m0 + r_lo;
+  const int64_t vr1 = vr0 + 8;
+  const int qpos0 = ctx + int(min(vr0, rows_total - 1) / G);
+  const int qpos1 = ctx + int(min(vr1, rows_total - 1) / G);
+  const float cl2 = p.scale * 1.4426950408889634f;
+
+  constexpr int NS = BN / 2;  // score accumulators per thread
+  constexpr int NO = HD / 2;  // output accumulators per thread
+  float o[NO];
+#pragma unroll
+  for (int i = 0; i < NO; ++i) o[i] = 0.f;
+  float s[NS];
+  uint32_t pa[NS / 2];
+  uint32_t pn[NS / 2];
+  float m_0 = -INFINITY, m_1 = -INFINITY, l_0 = 0.f, l_1 = 0.f;
+
+  const uint64_t dq = make_desc(sQ + uint32_t(w) * 64 * 128, 16, 1024);
+  auto issue_qk = [&](int j) {
+    const int st = j % ST;
+    mbar_wait(full_k(st), uint32_t(j / ST) & 1u);
+    fence_proxy_async();
+    const uint64_t dk = make_desc(sKV + uint32_t(2 * st) * TILE, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < HD / 16; ++kc) {
+      const uint64_t oq = uint64_t(((kc / 4) * kBM * 128 + (kc % 4) * 32) >> 4);
+      const uint64_t ok = uint64_t(((kc / 4) * BN * 128 + (kc % 4) * 32) >> 4);
+      if (kc == 0) {
+        qk_gemm<NS>(s, dq + oq, dk + ok);
+      } else {
+        qk_gemm_acc<NS>(s, dq + oq, dk + ok);
+      }
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int j) {
+    const int st = j % ST;
+    mbar_wait(full_v(st), uint32_t(j / ST) & 1u);
+    fence_proxy_async();
+    const uint64_t dv = make_desc(sKV + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
+    }
+    wgmma_commit();
+  };
+  // Scales, masks and exponentiates the score tile j in `s` into `pn`; returns the row maxima
+  // (log2 domain) and partial row sums through the references.
+  auto softmax = [&](int j, float& mn0, float& mn1, float& ls0, float& ls1) {
+    const bool masked = j >= n_full;
+    const int col0 = j * BN + 2 * (lane % 4);
+    float mx0 = mn0, mx1 = mn1;
+#pragma unroll
+    for (int i = 0; i < NS / 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[4 * i + e] * cl2;
+        if (masked) {
+          const int pos = col0 + 8 * i + (e & 1);
+          if (pos > (e < 2 ? qpos0 : qpos1)) x = -INFINITY;
+        }
+        s[4 * i + e] = x;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mn0 = mx0;
+    mn1 = mx1;
+    float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS / 4; ++i) {
+      const float p0 = fast_exp2(s[4 * i] - mx0);
+      const float p1 = fast_exp2(s[4 * i + 1] - mx0);
+      const float p2 = fast_exp2(s[4 * i + 2] - mx1);
+      const float p3 = fast_exp2(s[4 * i + 3] - mx1);
+      a0 += p0 + p1;
+      a1 += p2 + p3;
+      pn[2 * i] = pack_bf16(p0, p1);
+      pn[2 * i + 1] = pack_bf16(p2, p3);
+    }
+    ls0 = a0;
+    ls1 = a1;
+  };
+
+  mbar_wait(barQ, 0);
+  // Ping-pong: warpgroup w waits on barrier 1 + w before issuing, then lets the other one go.
+  // Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
+  // barrier sees as many arrivals as waits.
+  auto turn_wait = [&]() {
+    if constexpr (PP) {
+      if (w == 0) {
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      } else {
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+      }
+    }
+  };
+  auto turn_pass = [&]() {
+    if constexpr (PP) {
+      if (w == 0) {
+        asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+      } else {
+        asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+      }
+    }
+  };
+  if (w == 1) turn_pass();
+  turn_wait();
+  issue_qk(0);
+  turn_pass();
+  wgmma_wait<0>();
+  fence_regs(s);
+  mbar_arrive(empty_k(0));
+  {
+    float mn0 = m_0, mn1 = m_1, ls0, ls1;
+    softmax(0, mn0, mn1, ls0, ls1);
+    m_0 = mn0;
+    m_1 = mn1;
+    l_0 = ls0;
+    l_1 = ls1;
+#pragma unroll
+    for (int i = 0; i < NS / 2; ++i) pa[i] = pn[i];
+  }
+  // Steady state: QK^T of tile j+1 and PV of tile j in flight together; softmax of j+1 overlaps
+  // the PV product. The last tile runs its PV product alone.
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    turn_wait();
+    issue_qk(j + 1);
+    issue_pv(j);
+    turn_pass();
+    float mn0 = m_0, mn1 = m_1, ls0, ls1;
+    wgmma_wait<1>();
+    fence_regs(s);
+    mbar_arrive(empty_k((j + 1) % ST));
+    softmax(j + 1, mn0, mn1, ls0, ls1);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
+    mbar_arrive(empty_v(j % ST));
+    const float al0 = fast_exp2(m_0 - mn0);
+    const float al1 = fast_exp2(m_1 - mn1);
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      o[4 * i] *= al0;
+      o[4 * i + 1] *= al0;
+      o[4 * i + 2] *= al1;
+      o[4 * i + 3] *= al1;
+    }
+    l_0 = l_0 * al0 + ls0;
+    l_1 = l_1 * al1 + ls1;
+    m_0 = mn0;
+    m_1 = mn1;
+#pragma unroll
+    for (int i = 0; i < NS / 2; ++i) pa[i] = pn[i];
+  }
+  turn_wait();
+  issue_pv(n_tiles - 1);
+  if (w == 0) turn_pass();
+  wgmma_wait<0>();
+  fence_regs(o);
+  mbar_arrive(empty_v((n_tiles - 1) % ST));
+  l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
+  l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
+  l_1 += __shfl_xor_sync(0xffffffffu, l_1, 1);
+  l_1 += __shfl_xor_sync(0xffffffffu, l_1, 2);
+  const float inv0 = l_0 > 0.f ? 1.f / l_0 : 0.f;
+  const float inv1 = l_1 > 0.f ? 1.f / l_1 : 0.f;
+  const int cq = 2 * (lane % 4);
+  if (vr0 < rows_total) {
+    __nv_bfloat16* dst = out + row_off(vr0) + cq;
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * i) = pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+    }
+  }
+  if (vr1 < rows_total) {
+    __nv_bfloat16* dst = out + row_off(vr1) + cq;
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * i) =
+          pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+    }
+  }
+#endif  // DK_ATTN_SM90A
+}
+
+// Whether `kernel` runs from sm_90a code on the current device: SASS (or PTX) built for 9.0
+// features, not a JIT of a lower arch's PTX (whose body is empty). Cached per device.
+template <int HD, bool PP>
+dk_status prepare(int dev) {
+  static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 unsupported (zero-initialized)
+  if (dev < 0 || dev >= 64) return DK_ERR_NO_KERNEL_IMAGE;
+  if (state[dev].load(std::memory_order_acquire) == 0) {
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, prefill_kernel<HD, PP>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      state[dev] = 2;
+    } else if (attr.binaryVersion != 90 || attr.ptxVersion < 90) {
+      state[dev] = 2;
+    } else if (cudaFuncSetAttribute(prefill_kernel<HD, PP>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem_bytes<HD>())) != cudaSuccess) {
+      (void)cudaGetLastError();
+      state[dev] = 2;
+    } else {
+      state[dev] = 1;
+    }
+  }
+  return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
+}
+
+template <int HD, bool PP>
+dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    set_last_cuda_error(static_cast<int>(cudaGetLastError()));
+    return DK_ERR_CUDA;
+  }
+  const dk_status st = prepare<HD, PP>(dev);
+  if (st != DK_OK) return st;
+  Args a;
+  a.p = p;
+  a.group = int(p.n_q_heads / p.n_kv_heads);
+  a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
+  const int64_t gx = p.num_seqs * a.max_m_blocks;
+  if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
+  prefill_kernel<HD, PP><<<dim3(unsigned(gx), unsigned(p.n_kv_heads)), kThreads,
+                           smem_bytes<HD>(), stream>>>(a);
+  return launch_status();
+}
+
+}  // namespace attn_sm90
+}  // namespace dk
+
+extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_stream_t stream) {
+  if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
+  if (p->n_kv_heads <= 0 || p->n_q_heads <= 0 || p->n_q_heads % p->n_kv_heads != 0 ||
+      p->num_seqs <= 0 || p->max_seqlen <= 0 || p->page_size <= 0 || p->max_pages <= 0 ||
+      p->num_pages <= 0 || p->num_tokens <= 0 || p->max_seqlen > p->num_tokens ||
+      p->schedule < 0 || p->schedule > 1) {
+    return DK_ERR_INVALID_ARGUMENT;
+  }
+  // Positions are 32-bit inside the kernel.
+  if (p->max_pages * p->page_size > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  for (uint64_t ptr : {p->q, p->k_cache, p->v_cache, p->out}) {
+    if (ptr == 0 || ptr % 16 != 0) return DK_ERR_INVALID_ARGUMENT;
+  }
+  if (p->cu_seqlens == 0 || p->ctx_lens == 0 || p->page_table == 0) {
+    return DK_ERR_INVALID_ARGUMENT;
+  }
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const bool pp = p->schedule == 1;
+  switch (p->head_dim) {
+    case 64:
+      return pp ? dk::attn_sm90::launch<64, true>(*p, s) : dk::attn_sm90::launch<64, false>(*p, s);
+    case 128:
+      return pp ? dk::attn_sm90::launch<128, true>(*p, s)
+                : dk::attn_sm90::launch<128, false>(*p, s);
+    case 256:
+      return pp ? dk::attn_sm90::launch<256, true>(*p, s)
+                : dk::attn_sm90::launch<256, false>(*p, s);
+    default:
+      return DK_ERR_UNSUPPORTED;
+  }
+}

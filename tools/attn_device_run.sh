@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One device call for issue 14 (attn.prefill sm_90a kernel): GPU tests of tests/attn.rs, the
+# compute-sanitizer memcheck + racecheck runs on the small prefill cases, the quick bench sweep
+# (benches/attn.rs, DELTAKIT_BENCH_QUICK=1) with torch SDPA anchors in the same run
+# (tools/bench_attn_anchors.py), and ncu --set full of the sm_90a kernel at one shape.
+#
+# Binaries come from .attn-kit/ (git-ignored; built here by tools/attn_device_run.sh --pack):
+#   tools/attn_device_run.sh --pack      # on the build host: cargo build + copy + strip
+#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tests sanitize bench ncu (all)
+# Writes logs and tables to $OUT (<= 8 files) and prints a short summary last.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+kit=.attn-kit
+if [[ "${1:-}" == "--pack" ]]; then
+  json="$(mktemp)"
+  cargo build --release -p deltakit --features cuda --test attn --bench attn \
+    --message-format=json-render-diagnostics >"$json" || exit 1
+  mkdir -p "$kit"
+  for kind in test bench; do
+    exe=$(python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    try: m = json.loads(l)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "attn" and m["package_id"].split("#")[0].rstrip("/").endswith("/work/main") and sys.argv[2] in m["target"]["kind"]:
+        print(m["executable"])' "$json" "$kind" | tail -1)
+    [[ -n "$exe" ]] || { echo "no $kind binary"; exit 1; }
+    cp "$exe" "$kit/attn_$kind"
+    strip --strip-debug "$kit/attn_$kind"
+  done
+  rm -f "$json"
+  ls -la "$kit"
+  exit 0
+fi
+OUT="${OUT:-/tmp/attn-out}"
+mkdir -p "$OUT"
+steps="${*:-tests sanitize bench ncu}"
+export DELTAKIT_REQUIRE_GPU=1
+export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin"
+summary=()
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+if [[ " $steps " == *" tests "* ]]; then
+  # Hang triage first: the small cases (every kernel and schedule) take ~1 s; if they time out,
+  # rerun them without the ping-pong schedule and leave it out of everything after.
+  timeout 40 "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >"$OUT/tests.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 124 ]]; then
+    export DELTAKIT_TEST_SKIP_PINGPONG=1
+    timeout 40 "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >>"$OUT/tests.log" 2>&1
+    rc=$?
+    summary+=("small cases hung with ping-pong; without it rc=$rc")
+    if [[ $rc -eq 124 ]]; then
+      tail -20 "$OUT/tests.log"; echo "the default schedule hangs too: stopping"; exit 1
+    fi
+  fi
+  t0=$(date +%s)
+  timeout 150 "$kit/attn_test" --test-threads 2 >>"$OUT/tests.log" 2>&1
+  rc=$?
+  grep -E "^test |INVARIANT|panicked|test result" "$OUT/tests.log" | cut -c1-400
+  summary+=("tests rc=$rc ($(( $(date +%s) - t0 ))s)")
+fi
+if [[ " $steps " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$kit/attn_test" \
+      prefill_kernels_small_cases_for_sanitizer >"$OUT/san_$tool.log" 2>&1
+    rc=$?
+    tail -4 "$OUT/san_$tool.log"
+    summary+=("$tool rc=$rc ($(( $(date +%s) - t0 ))s)")
+  done
+fi
+if [[ " $steps " == *" bench "* ]]; then
+  t0=$(date +%s)
+  DELTAKIT_BENCH_QUICK=1 timeout 120 "$kit/attn_bench" >"$OUT/quick.jsonl" 2>"$OUT/bench.err"
+  rc=$?
+  summary+=("bench rc=$rc ($(( $(date +%s) - t0 ))s)")
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout 90 python3 tools/bench_attn_anchors.py --deltakit "$OUT/quick.jsonl" \
+    --out "$OUT/table.md" >"$OUT/anchors.log" 2>&1
+  rc=$?
+  summary+=("anchors rc=$rc ($(( $(date +%s) - t0 ))s)")
+fi
+if [[ " $steps " == *" ncu "* ]]; then
+  t0=$(date +%s)
+  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER=27b_tp1/8192 timeout 60 \
+    ncu --set full --clock-control none -k regex:prefill_kernel -c 1 -f -o "$OUT/ncu_prefill_sm90" \
+    "$kit/attn_bench" >>"$OUT/bench.err" 2>&1
+  rc=$?
+  ncu --import "$OUT/ncu_prefill_sm90.ncu-rep" --page details --section SpeedOfLight \
+    --section Occupancy --section LaunchStats 2>/dev/null | grep -E "Duration|Throughput|Registers|Shared Memory Config|Achieved Occupancy|Block Limit" | head -20
+  summary+=("ncu rc=$rc ($(( $(date +%s) - t0 ))s)")
+fi
+[[ -f "$OUT/table.md" ]] && cat "$OUT/table.md"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""torch SDPA anchors for attn.prefill (issue 14 shapes), in the same device run as deltakit's
+quick sweep (`DELTAKIT_BENCH_QUICK=1 <attn bench binary>`, one JSON line per shape).
+
+For each shape, times torch's `F.scaled_dot_product_attention` (bf16, contiguous [B, H, T, 256]) in
+two forms and keeps the faster: GQA native (`enable_gqa=True`) and K/V repeated to H_q heads
+(lets the cuDNN / flash backends that lack GQA run); each under the default backend choice and
+under SDPBackend.CUDNN_ATTENTION alone. Causal: `is_causal=True` for square shapes; the chunked
+row (2048 new tokens over 30k cached) uses `causal_lower_right` (bottom-right aligned, as
+deltakit's prior-context semantics); varlen 8 x 2048 is a dense batch of 8.
+Timing: triton.testing.do_bench median. FLOPs as benches/attn.rs (causal: 2*2*H*T*T*hd/2).
+
+  python3 tools/bench_attn_anchors.py --deltakit quick.jsonl [--out table.md]
+
+Prints `shape | deltakit sm90 | deltakit triton | torch SDPA (backend) | ratio` (ratio = sm90
+throughput / SDPA throughput; > 1 means deltakit is faster) and the decode rows (GB/s of K/V
+read, fraction of the 4.25 TB/s copy ceiling).
+"""
+import argparse
+import json
+import sys
+
+PEAK_TFLOPS = 679.0  # measured dense bf16 GEMM peak on this H200 (docs/benchmarks)
+COPY_TBS = 4.25
+
+
+def sdpa_time_us(b, hq, hkv, tq, tk, lower_right):
+    import torch
+    import torch.nn.functional as F
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dev = "cuda"
+    q = torch.randn(b, hq, tq, 256, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(b, hkv, tk, 256, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(b, hkv, tk, 256, device=dev, dtype=torch.bfloat16)
+    kr = k.repeat_interleave(hq // hkv, dim=1)
+    vr = v.repeat_interleave(hq // hkv, dim=1)
+    mask = None
+    if lower_right:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(tq, tk)
+
+    def call(kk, vv, gqa):
+        if mask is not None:
+            return lambda: F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, enable_gqa=gqa)
+        return lambda: F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=gqa)
+
+    best = None
+    for label, fn, backend in [
+        ("default gqa", call(k, v, True), None),
+        ("default repeat", call(kr, vr, False), None),
+        ("cudnn repeat", call(kr, vr, False), SDPBackend.CUDNN_ATTENTION),
+    ]:
+        try:
+            if backend is None:
+                fn()
+                ms = triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
+            else:
+                with sdpa_kernel([backend]):
+                    fn()
+                    ms = triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
+        except Exception as e:  # backend not available for this shape
+            print(f"  [{label}] unavailable: {str(e).splitlines()[0][:100]}", file=sys.stderr)
+            continue
+        if best is None or ms < best[0]:
+            best = (ms, label)
+    del q, k, v, kr, vr
+    torch.cuda.empty_cache()
+    return (best[0] * 1e3, best[1]) if best else (None, "-")
+
+
+# id -> (batch, hq, hkv, tq, tk, lower_right)
+SHAPES = {}
+for name, hq, hkv in [("27b_tp1", 24, 4), ("27b_tp2", 12, 2), ("9b_tp1", 16, 4)]:
+    for t in (2048, 8192, 32768):
+        SHAPES[f"{name}/{t}"] = (1, hq, hkv, t, t, False)
+SHAPES["27b_tp1/varlen8x2048"] = (8, 24, 4, 2048, 2048, False)
+SHAPES["27b_tp1/chunk2048_ctx30720"] = (1, 24, 4, 2048, 32768, True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deltakit", required=True, help="JSON lines from the quick attn bench")
+    ap.add_argument("--out", help="also write the markdown tables here")
+    args = ap.parse_args()
+    rows = [json.loads(l) for l in open(args.deltakit) if l.startswith("{")]
+    dk = {(r["group"], r["id"], r["kernel"]): r for r in rows}
+    lines = ["| shape | deltakit sm90 | deltakit sm90 ping-pong | deltakit triton | torch SDPA | "
+             "sm90 / SDPA | ping-pong / SDPA | best / 679 peak |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for sid, (b, hq, hkv, tq, tk, lr) in SHAPES.items():
+        sm = dk.get(("attn_prefill", sid, "sm90"))
+        pp = dk.get(("attn_prefill", sid, "sm90pp"))
+        tr = dk.get(("attn_prefill", sid, "triton"))
+        work = sm["work"] if sm else (tr["work"] if tr else None)
+        us, label = sdpa_time_us(b, hq, hkv, tq, tk, lr)
+
+        def fmt(r):
+            if r is None:
+                return "-"
+            return f"{r['work'] / r['us'] * 1e-6:.1f} TFLOP/s ({r['us']:.0f} us)"
+
+        sd = f"{work / us * 1e-6:.1f} TFLOP/s ({us:.0f} us, {label})" if (us and work) else "-"
+        ratio = f"{us / sm['us']:.2f}" if (sm and us) else "-"
+        ratio_pp = f"{us / pp['us']:.2f}" if (pp and us) else "-"
+        best = min([r for r in (sm, pp) if r], key=lambda r: r["us"], default=None)
+        frac = f"{best['work'] / best['us'] * 1e-6 / PEAK_TFLOPS:.2f}" if best else "-"
+        lines.append(f"| {sid} | {fmt(sm)} | {fmt(pp)} | {fmt(tr)} | {sd} | {ratio} | {ratio_pp} | {frac} |")
+        print(lines[-1], flush=True)
+    lines += ["", "| decode shape/rows | splits | time | K+V read | of 4.25 TB/s |",
+              "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["group"] != "attn_decode":
+            continue
+        tbs = r["work"] / r["us"] * 1e-6
+        lines.append(f"| {r['id']} | {r['kernel']} | {r['us']:.1f} us | {tbs:.2f} TB/s | {tbs / COPY_TBS:.2f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        open(args.out, "w").write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
