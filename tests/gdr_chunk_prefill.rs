@@ -5,8 +5,11 @@
 //! `rel_err` of the bf16 output <= 1e-2 and of the final f32 state <= 1e-3, canary slots around
 //! the live ones bit-identical, padding sequences (slot -1) exact zeros. Each case prints its
 //! errors (`grep '^case'` for the maxima). Head dims: the tuned K, V in {64, 128} and the small
-//! dims of the tiny test models (K = 32, V in {16, 32}; every combination with K in {32, 64, 128},
-//! V in {16, 32, 64, 128}).
+//! dims of the tiny test models (K in {16, 32}, V in {16, 32}; every combination with K in
+//! {16, 32, 64, 128}, V in {16, 32, 64, 128}). Gates at the edge of f32 (`g = -inf` from
+//! `exp(A_log)` overflowing, softplus underflowing to 0), heads per rank 1..64, a ragged batch
+//! repeated 100 times under a timeout, and a sequence whose `[T, H_v, V]` tensors pass 2^31
+//! elements (int64 offsets).
 mod common;
 
 use std::sync::{Arc, OnceLock};
@@ -51,6 +54,9 @@ enum GMode {
     Random,
     Zero,
     Extreme,
+    /// 25% of the gates `-inf` (full decay), mixed with ordinary ones, plus one whole chunk of
+    /// `-inf` (tokens 64..128) when a case is longer.
+    NegInf,
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +71,8 @@ struct Case {
     opts: GdrOptions,
     gmode: GMode,
     qk_scale: f32,
+    /// Fused gating at the edge of f32 (see [`edge_gating`]).
+    edge: bool,
 }
 
 impl Case {
@@ -82,6 +90,7 @@ impl Case {
             opts: GdrOptions::default(),
             gmode: GMode::Random,
             qk_scale: 1.0,
+            edge: false,
         }
     }
     fn t(&self) -> usize {
@@ -122,11 +131,14 @@ fn make_data(c: &Case, rng: &mut StdRng) -> Data {
     let q = bf(rng, t * d.h_k * d.k, c.qk_scale);
     let k = bf(rng, t * d.h_k * d.k, c.qk_scale);
     let v = bf(rng, t * d.h_v * d.v, 1.0);
-    let a = bf(rng, t * d.h_v, 3.0);
+    let mut a = bf(rng, t * d.h_v, 3.0);
     let b = bf(rng, t * d.h_v, 3.0);
-    let a_log = common::randn_f32(rng, d.h_v);
-    let dt_bias = common::randn_f32(rng, d.h_v);
-    let (g, beta) = if c.fused {
+    let mut a_log = common::randn_f32(rng, d.h_v);
+    let mut dt_bias = common::randn_f32(rng, d.h_v);
+    if c.edge {
+        edge_gating(rng, d.h_v, &mut a, &mut a_log, &mut dt_bias);
+    }
+    let (g, beta) = if c.fused || c.edge {
         let af: Vec<f32> = a.iter().map(|x| x.to_f32()).collect();
         let bfl: Vec<f32> = b.iter().map(|x| x.to_f32()).collect();
         let (mut g, mut beta) = (vec![0f32; t * d.h_v], vec![0f32; t * d.h_v]);
@@ -144,13 +156,48 @@ fn make_data(c: &Case, rng: &mut StdRng) -> Data {
                         -rng.gen_range(0.0f32..0.5)
                     }
                 }
+                GMode::NegInf => {
+                    if rng.gen_bool(0.25) {
+                        f32::NEG_INFINITY
+                    } else {
+                        -rng.gen_range(0.0f32..0.5)
+                    }
+                }
             })
-            .collect();
+            .collect::<Vec<f32>>();
+        let mut g = g;
+        if c.gmode == GMode::NegInf && t > 128 {
+            g[64 * d.h_v..128 * d.h_v].fill(f32::NEG_INFINITY);
+        }
         let beta = (0..t * d.h_v).map(|_| rng.gen_range(0.0f32..1.0)).collect();
         (g, beta)
     };
     let state0 = common::randn_f32(rng, c.num_slots * d.state_per_slot());
     Data { q, k, v, a, b, a_log, dt_bias, g, beta, state0 }
+}
+
+/// Gating at the edge of f32, per token of a `[T, H_v]` `a`: value head 0 gets `A_log = 87.5`
+/// (`exp(A_log)` ~ 1e38) and `dt_bias = 0`, and its `a` is, per token, in [4, 10] (softplus > 3.4:
+/// `g` overflows to `-inf`, a full decay), in [-87, -86] (softplus ~ e^a, still a normal f32:
+/// ordinary gates g ~ -1.6 .. -4.5) or as drawn (g ~ -1e38): all three mixed in every chunk. The
+/// other heads get `a = -300` on 30% of the tokens (softplus underflows to 0: `g = -0`, no decay).
+/// A head never combines both (that would be `-inf * 0 = NaN`, as in HF). With `fused = false`
+/// the kernel gets the host gating of these values (so `g = -inf` on the precomputed path too).
+fn edge_gating(rng: &mut StdRng, h_v: usize, a: &mut [bf16], a_log: &mut [f32], dt: &mut [f32]) {
+    a_log[0] = 87.5;
+    dt[0] = 0.0;
+    for (i, x) in a.iter_mut().enumerate() {
+        let u: f32 = rng.gen_range(0.0..1.0);
+        if i % h_v == 0 {
+            if u < 0.3 {
+                *x = bf16::from_f32(rng.gen_range(4.0f32..10.0));
+            } else if u < 0.7 {
+                *x = bf16::from_f32(rng.gen_range(-87.0f32..-86.0));
+            }
+        } else if u < 0.3 {
+            *x = bf16::from_f32(-300.0);
+        }
+    }
 }
 
 fn reference(c: &Case, x: &Data) -> (Vec<f32>, Vec<f32>) {
@@ -482,6 +529,210 @@ fn gates_and_l2norm_edge_cases() {
 }
 
 #[test]
+fn gates_at_the_edge_of_f32() {
+    // g = -inf (full decay) alone and mixed with ordinary gates in one chunk, precomputed and
+    // fused (exp(A_log) overflowing; softplus underflowing to 0 on the other heads).
+    let Some(ctx) = gpu("gates_at_the_edge_of_f32") else { return };
+    let mut cases = Vec::new();
+    for (hk, hv, k, v) in [(2, 4, 128, 128), (2, 6, 64, 128), (1, 3, 16, 32), (2, 6, 32, 16)] {
+        let dims = (hk, hv, k, v);
+        let lens = [200usize, 1, 64, 30];
+        let mut ni = Case::new(&format!("g -inf mixed (precomputed) {dims:?}"), dims, &lens);
+        ni.fused = false;
+        ni.gmode = GMode::NegInf;
+        let mut ef = Case::new(&format!("g edge (fused) {dims:?}"), dims, &[200, 65]);
+        ef.edge = true;
+        let mut ep = Case::new(&format!("g edge (precomputed) {dims:?}"), dims, &[200, 65]);
+        ep.edge = true;
+        ep.fused = false;
+        cases.extend([ni, ef, ep]);
+    }
+    run_cases(&ctx, 12_000, &cases);
+}
+
+#[test]
+fn k16_every_v_and_group_ratio() {
+    let Some(ctx) = gpu("k16_every_v_and_group_ratio") else { return };
+    let mut cases = Vec::new();
+    for v in [16, 32, 64, 128] {
+        for grp in [1usize, 2, 3] {
+            let mut c = Case::new(
+                &format!("K=16 V={v} Hv/Hk={grp} varlen"),
+                (2, 2 * grp, 16, v),
+                &[150, 1, 0, 64, 40],
+            );
+            c.slots = vec![1, 3, -1, 5, 7];
+            c.num_slots = 9;
+            c.init = Init::PerSeq(vec![true, false, true, true, false]);
+            c.fused = grp != 2;
+            cases.push(c);
+        }
+    }
+    run_cases(&ctx, 13_000, &cases);
+}
+
+#[test]
+fn heads_per_rank_sweep() {
+    // H_v per rank in {1, 2, 4, 6, 8, 16, 32, 64} (H_k = H_v / 2 where even) at T in
+    // {64, 512, 4096}.
+    let Some(ctx) = gpu("heads_per_rank_sweep") else { return };
+    let mut cases = Vec::new();
+    for hv in [1usize, 2, 4, 6, 8, 16, 32, 64] {
+        let hk = if hv % 2 == 0 { hv / 2 } else { hv };
+        for t in [64usize, 512, 4096] {
+            let mut c = Case::new(&format!("H_v={hv} H_k={hk} T={t}"), (hk, hv, 128, 128), &[t]);
+            c.fused = hv % 4 != 2;
+            cases.push(c);
+        }
+    }
+    run_cases(&ctx, 14_000, &cases);
+}
+
+#[test]
+fn ragged_varlen_repeated_100_times_is_identical() {
+    // A ragged batch with per-sequence initial states and padding, run 100 times from the same
+    // inputs on a worker thread under a timeout: no hang, bit-identical output and state each time.
+    let Some(ctx) = gpu("ragged_varlen_repeated_100_times_is_identical") else { return };
+    let mut c = Case::new("ragged x100", (4, 12, 128, 128), &[1, 300, 0, 64, 65, 7, 129, 2]);
+    c.slots = vec![3, 0, 5, -1, 8, 10, 1, 12];
+    c.num_slots = 14;
+    c.init = Init::PerSeq(vec![true, false, true, true, false, true, true, false]);
+    let (mut rng, seed) = common::rng(15_000);
+    let x = make_data(&c, &mut rng);
+    let (ro, rs) = reference(&c, &x);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (cw, xw) = (c.clone(), x.clone());
+    std::thread::spawn(move || {
+        let gpu = Gpu::new(&ctx);
+        let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
+        for i in 0..100 {
+            let mut st = gpu.up(&xw.state0);
+            let o = gpu.run(&cw, &xw, &mut st);
+            let s = gpu.stream.clone_dtoh(&st).unwrap();
+            match &first {
+                None => first = Some((o, s)),
+                Some((o0, s0)) => {
+                    let same = o.iter().zip(o0).all(|(a, b)| a.to_bits() == b.to_bits())
+                        && s.iter().zip(s0).all(|(a, b)| a.to_bits() == b.to_bits());
+                    if !same {
+                        tx.send(Err(format!("run {i} differs from run 0"))).ok();
+                        return;
+                    }
+                }
+            }
+        }
+        tx.send(Ok(first.unwrap())).ok();
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .unwrap_or_else(|_| panic!("100 runs did not finish in 300 s (hang?) (seed {seed})"));
+    let (o, s) = r.unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    check(&c, &x, &o, &s, &ro, &rs, seed);
+    println!("case ragged x100: 100 runs bit-identical");
+}
+
+/// Tiles `block` (fresh random values) to `n` elements: the bulk of a huge tensor.
+fn tiled(block: &[bf16], n: usize) -> Vec<bf16> {
+    block.iter().copied().cycle().take(n).collect()
+}
+
+#[test]
+#[allow(clippy::too_many_lines)]
+fn long_sequence_int64_offsets() {
+    // One sequence whose [T, H_v, V] tensors (v, out, U) pass 2^31 elements: T * H_v * V =
+    // 266_305 * 64 * 128 ~ 2.18e9. Every gate at token r = T - 300 is -inf (a full decay), so the
+    // state and outputs from r on depend only on tokens r.. : the recurrence over those 300 tokens
+    // is the oracle (all of them lie past element 2^31 of v / out); the first 100 tokens are
+    // checked against the recurrence from the initial state; every output must be finite.
+    let Some(ctx) = gpu("long_sequence_int64_offsets") else { return };
+    let gpu = Gpu::new(&ctx);
+    let (hk, hv, kd, vd) = (16usize, 64usize, 128usize, 128usize);
+    let t = 266_305usize;
+    assert!(t * hv * vd > 1 << 31);
+    let tail = 300usize;
+    let r = t - tail;
+    let head = 100usize;
+    let (mut rng, seed) = common::rng(16_000);
+    let qk_block = bf(&mut rng, 1 << 20, 1.0);
+    let v_block = bf(&mut rng, (1 << 22) + 7, 1.0);
+    let mut q = tiled(&qk_block, t * hk * kd);
+    let mut k = tiled(&qk_block[1000..], t * hk * kd);
+    let mut v = tiled(&v_block, t * hv * vd);
+    // Fresh values in the checked windows.
+    for (a, b) in [(0, head), (r, t)] {
+        q[a * hk * kd..b * hk * kd].copy_from_slice(&bf(&mut rng, (b - a) * hk * kd, 1.0));
+        k[a * hk * kd..b * hk * kd].copy_from_slice(&bf(&mut rng, (b - a) * hk * kd, 1.0));
+        v[a * hv * vd..b * hv * vd].copy_from_slice(&bf(&mut rng, (b - a) * hv * vd, 1.0));
+    }
+    let frac = |i: usize, m: usize| (i * m % 1000) as f32 / 1000.0;
+    let mut g: Vec<f32> = (0..t * hv).map(|i| -0.05 - 0.4 * frac(i, 7919)).collect();
+    let beta: Vec<f32> = (0..t * hv).map(|i| 0.1 + 0.8 * frac(i, 104_729)).collect();
+    g[r * hv..(r + 1) * hv].fill(f32::NEG_INFINITY);
+    let state0 = common::randn_f32(&mut rng, hv * kd * vd);
+    let d = GdrDims { h_k: hk, h_v: hv, k: kd, v: vd };
+    let (qd, kdv, vdv) = (gpu.up(&q), gpu.up(&k), gpu.up(&v));
+    let (gd, bd) = (gpu.up(&g), gpu.up(&beta));
+    let cu_h = [0i32, i32::try_from(t).unwrap()];
+    let (cu, slots) = (gpu.up(&cu_h), gpu.up(&[0i32]));
+    let mut st = gpu.up(&state0);
+    let mut out = gpu.up(&vec![bf16::NAN; t * hv * vd]);
+    let mut ws = gpu.stream.alloc_zeros::<u8>(workspace_bytes(d, t, 1)).unwrap();
+    let inputs = ChunkPrefillInputs {
+        q: qd.as_view(),
+        k: kdv.as_view(),
+        v: vdv.as_view(),
+        gating: Gating::Precomputed { g: gd.as_view(), beta: bd.as_view() },
+        cu_seqlens: cu.as_view(),
+        slots: slots.as_view(),
+        initial_state: InitialState::FromSlots,
+    };
+    let host = HostCopies { cu_seqlens: Some(&cu_h), slots: Some(&[0]) };
+    chunk_prefill(
+        &gpu.stream,
+        d,
+        GdrOptions::default(),
+        ChunkPrefillStrides::default(),
+        &inputs,
+        host,
+        &mut st,
+        &mut out,
+        &mut ws,
+    )
+    .unwrap();
+    let o = gpu.stream.clone_dtoh(&out).unwrap();
+    let s = gpu.stream.clone_dtoh(&st).unwrap();
+    let bad = o.iter().position(|x| !x.is_finite());
+    assert!(bad.is_none(), "non-finite output at element {bad:?} (seed {seed})");
+    let rd = deltakit_ref::gdr::GdrDims { h_k: hk, h_v: hv, k: kd, v: vd };
+    let ro = deltakit_ref::gdr::GdrOptions::default();
+    let window = |a: usize, b: usize| {
+        let inp = deltakit_ref::gdr::GdrInputs {
+            q: &q[a * hk * kd..b * hk * kd],
+            k: &k[a * hk * kd..b * hk * kd],
+            v: &v[a * hv * vd..b * hv * vd],
+            g: &g[a * hv..b * hv],
+            beta: &beta[a * hv..b * hv],
+        };
+        let mut rs = state0.clone();
+        let mut rout = vec![bf16::ZERO; (b - a) * hv * vd];
+        let cu = [0i32, i32::try_from(b - a).unwrap()];
+        let vl = deltakit_ref::Varlen::new(&cu, &[0]);
+        deltakit_ref::gdr::recurrent_prefill(&inp, rd, vl, ro, &mut rs, &mut rout).unwrap();
+        (common::to_f32(&rout), rs)
+    };
+    let (h_o, _) = window(0, head);
+    let e_head = rel_err(&common::to_f32(&o[..head * hv * vd]), &h_o);
+    let (t_o, t_s) = window(r, t);
+    let e_tail = rel_err(&common::to_f32(&o[r * hv * vd..]), &t_o);
+    let e_state = rel_err(&s, &t_s);
+    println!(
+        "case long T={t} H_v={hv}: head out {e_head:.3e} tail out {e_tail:.3e} state {e_state:.3e}"
+    );
+    assert!(e_head <= OUT_TOL && e_tail <= OUT_TOL, "out errs {e_head} {e_tail} (seed {seed})");
+    assert!(e_state <= STATE_TOL, "state err {e_state} (seed {seed})");
+}
+
+#[test]
 fn precomputed_equals_fused_gating() {
     let Some(ctx) = gpu("precomputed_equals_fused_gating") else { return };
     let gpu = Gpu::new(&ctx);
@@ -629,7 +880,7 @@ fn rejects_bad_arguments() {
     )
     .unwrap_err();
     assert!(matches!(e, deltakit::Error::Shape { arg: "q", .. }), "{e}");
-    for (kd, vd) in [(96, 128), (16, 128), (128, 8), (256, 128)] {
+    for (kd, vd) in [(96, 128), (8, 128), (128, 8), (256, 128)] {
         let bad = GdrDims { h_k: 2, h_v: 4, k: kd, v: vd };
         let e = chunk_prefill(
             &gpu.stream,

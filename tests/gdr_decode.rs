@@ -4,8 +4,11 @@
 //! live slots are a random subset (the rest are canaries that must stay bit-identical); outputs
 //! poisoned with NaN. Errors are `||gpu - ref|| / ||ref||`: out (bf16) <= 1e-2, state (f32) <= 1e-3.
 //! `DELTAKIT_SANITIZE=1` (set for compute-sanitizer runs) drops the batch-64 cases.
-//! Head dims: the tuned K, V in {64, 128} and the small dims of the tiny test models (K = 32,
-//! V in {16, 32}, every combination with K in {32, 64, 128}, V in {16, 32, 64, 128}).
+//! Head dims: the tuned K, V in {64, 128} and the small dims of the tiny test models (K in
+//! {16, 32}, V in {16, 32}, every combination with K in {16, 32, 64, 128}, V in {16, 32, 64,
+//! 128}). Gates at the edge of f32 (g = -inf from exp(A_log) overflowing, softplus underflowing),
+//! heads per rank 1..64, and one row of T = 266_305 tokens whose `[T, H_v, V]` tensors pass 2^31
+//! elements (int64 offsets).
 mod common;
 
 use std::sync::Arc;
@@ -48,6 +51,11 @@ enum Gates {
     Huge,
     /// A_log = 12 (exp = 1.6e5), ordinary a: exp(g) = 0 or tiny.
     LargeALog,
+    /// At the edge of f32: value head 0 has A_log = 87.5 (exp ~ 1e38) and dt_bias 0, its `a` per
+    /// token in [4, 10] (g = -inf: full decay), in [-87, -86] (ordinary g ~ -1.6 .. -4.5) or
+    /// ordinary (g ~ -1e38), mixed; other heads get a = -300 on 30% of tokens (softplus = 0,
+    /// g = -0).
+    Edge,
 }
 
 struct Inputs {
@@ -91,6 +99,26 @@ fn make_inputs(rng: &mut StdRng, d: GdrDims, rows: usize, gates: Gates) -> Input
             vec![12.0; d.h_v],
             f32_vec(rng, d.h_v, -1.0, 1.0),
         ),
+        Gates::Edge => {
+            let mut a = bf16_vec(rng, rows * d.h_v, -3.0, 3.0);
+            let mut a_log = f32_vec(rng, d.h_v, -2.0, 1.0);
+            let mut dt = f32_vec(rng, d.h_v, -1.0, 1.0);
+            a_log[0] = 87.5;
+            dt[0] = 0.0;
+            for (i, x) in a.iter_mut().enumerate() {
+                let u: f32 = rng.gen_range(0.0..1.0);
+                if i % d.h_v == 0 {
+                    if u < 0.3 {
+                        *x = bf16::from_f32(rng.gen_range(4.0f32..10.0));
+                    } else if u < 0.7 {
+                        *x = bf16::from_f32(rng.gen_range(-87.0f32..-86.0));
+                    }
+                } else if u < 0.3 {
+                    *x = bf16::from_f32(-300.0);
+                }
+            }
+            (a, bf16_vec(rng, rows * d.h_v, -3.0, 3.0), a_log, dt)
+        }
     };
     Inputs { q, k, v, a, b, a_log, dt_bias }
 }
@@ -389,6 +417,148 @@ fn decode_extreme_gates() {
 }
 
 #[test]
+fn decode_gates_at_the_edge_of_f32() {
+    let Some(ctx) = gpu_or_skip("decode_gates_at_the_edge_of_f32") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 1300;
+    for (k, v) in [(128, 128), (64, 128), (16, 32), (32, 16)] {
+        for (n, t) in [(4, 1), (3, 40), (80, 1)] {
+            case += 1;
+            let d = GdrDims { h_k: 2, h_v: 6, k, v };
+            let r = run_case(&stream, case, d, n, t, true, Gates::Edge, &[1], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("gates at the edge of f32 (g = -inf mixed, softplus underflow)", worst);
+}
+
+#[test]
+fn decode_k16_every_v() {
+    let Some(ctx) = gpu_or_skip("decode_k16_every_v") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 1400;
+    for v in [16, 32, 64, 128] {
+        for ratio in [1, 2, 3] {
+            for t in [1, 3] {
+                case += 1;
+                let d = GdrDims { h_k: 2, h_v: 2 * ratio, k: 16, v };
+                let l2 = ratio != 3;
+                let r = run_case(&stream, case, d, 5, t, l2, Gates::Normal, &[2], -1);
+                fold(&mut worst, &r);
+            }
+        }
+    }
+    report("K = 16 x V 16/32/64/128, H_v/H_k 1..3, T 1/3", worst);
+}
+
+#[test]
+fn decode_heads_per_rank_sweep() {
+    // H_v per rank in {1, 2, 4, 6, 8, 16, 32, 64} (H_k = H_v / 2 where even), batches 1 / 16 / 64
+    // (both tile configurations), and T = 4 tokens per row.
+    let Some(ctx) = gpu_or_skip("decode_heads_per_rank_sweep") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 1500;
+    let batches: &[(usize, usize)] =
+        if sanitize() { &[(1, 1), (3, 4)] } else { &[(1, 1), (16, 1), (64, 1), (16, 4)] };
+    for h_v in [1usize, 2, 4, 6, 8, 16, 32, 64] {
+        let h_k = if h_v % 2 == 0 { h_v / 2 } else { h_v };
+        for &(n, t) in batches {
+            case += 1;
+            let d = GdrDims { h_k, h_v, k: 128, v: 128 };
+            let r = run_case(&stream, case, d, n, t, true, Gates::Normal, &[], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("H_v 1..64 per rank, batch 1/16/64, T 1/4", worst);
+}
+
+#[test]
+fn decode_long_row_int64_offsets() {
+    // One row of T = 266_305 tokens at H_v = 64, V = 128: v / out hold T * H_v * V ~ 2.18e9 > 2^31
+    // elements. Every gate of token r = T - 200 is -inf (A_log = 87.5, a = 10: full decay), so
+    // the state and outputs from r on depend only on tokens r..: the recurrence over them is the
+    // oracle (all past element 2^31 of v / out). Every output must be finite.
+    let Some(ctx) = gpu_or_skip("decode_long_row_int64_offsets") else { return };
+    if sanitize() {
+        return;
+    }
+    let stream = ctx.default_stream();
+    let d = GdrDims { h_k: 16, h_v: 64, k: 128, v: 128 };
+    let t = 266_305usize;
+    assert!(t * d.h_v * d.v > 1 << 31);
+    let r = t - 200;
+    let (mut rng, seed) = common::rng(1600);
+    let qk_block = bf16_vec(&mut rng, 1 << 20, -1.0, 1.0);
+    let v_block = bf16_vec(&mut rng, (1 << 22) + 7, -1.0, 1.0);
+    let ab_block = bf16_vec(&mut rng, (1 << 16) + 3, -3.0, 3.0);
+    let tile = |b: &[bf16], n: usize| -> Vec<bf16> { b.iter().copied().cycle().take(n).collect() };
+    let mut q = tile(&qk_block, t * d.h_k * d.k);
+    let mut k = tile(&qk_block[777..], t * d.h_k * d.k);
+    let mut v = tile(&v_block, t * d.h_v * d.v);
+    let mut a = tile(&ab_block, t * d.h_v);
+    let b = tile(&ab_block[99..], t * d.h_v);
+    let (qk_w, v_w) = (d.h_k * d.k, d.h_v * d.v);
+    q[r * qk_w..].copy_from_slice(&bf16_vec(&mut rng, (t - r) * qk_w, -1.0, 1.0));
+    k[r * qk_w..].copy_from_slice(&bf16_vec(&mut rng, (t - r) * qk_w, -1.0, 1.0));
+    v[r * v_w..].copy_from_slice(&bf16_vec(&mut rng, (t - r) * v_w, -1.0, 1.0));
+    let a_log = vec![87.5f32; d.h_v];
+    let dt_bias = vec![0f32; d.h_v];
+    // Ordinary gates everywhere (a in [-87.1, -86], softplus ~ e^a still a normal f32:
+    // g ~ -1.5 .. -4.5), a full decay at token r (a = 10: g = -inf).
+    for (i, x) in a.iter_mut().enumerate() {
+        *x = bf16::from_f32(-86.0 - 2.5 * ((i * 7919 % 1000) as f32 / 1000.0).min(0.45));
+    }
+    a[r * d.h_v..(r + 1) * d.h_v].fill(bf16::from_f32(10.0));
+    let inp = Inputs { q, k, v, a, b, a_log, dt_bias };
+    let state0 = f32_vec(&mut rng, d.state_per_slot(), -1.0, 1.0);
+    let dev = upload(&stream, &inp);
+    let dslots = stream.clone_htod(&[0i32]).unwrap();
+    let mut dstate = stream.clone_htod(&state0).unwrap();
+    let mut dout = stream.clone_htod(&vec![bf16::NAN; t * v_w]).unwrap();
+    decode(
+        &stream,
+        d,
+        t,
+        GdrOptions::default(),
+        DecodeStrides::default(),
+        &dev.q,
+        &dev.k,
+        &dev.v,
+        &dev.a,
+        &dev.b,
+        &dev.a_log,
+        &dev.dt_bias,
+        &dslots,
+        Some(&[0]),
+        &mut dstate,
+        &mut dout,
+    )
+    .unwrap();
+    let out = stream.clone_dtoh(&dout).unwrap();
+    let state = stream.clone_dtoh(&dstate).unwrap();
+    let bad = out.iter().position(|x| !x.is_finite());
+    assert!(bad.is_none(), "non-finite output at element {bad:?} (seed {seed})");
+    let tail = Inputs {
+        q: inp.q[r * qk_w..].to_vec(),
+        k: inp.k[r * qk_w..].to_vec(),
+        v: inp.v[r * v_w..].to_vec(),
+        a: inp.a[r * d.h_v..].to_vec(),
+        b: inp.b[r * d.h_v..].to_vec(),
+        a_log: inp.a_log.clone(),
+        dt_bias: inp.dt_bias.clone(),
+    };
+    let mut ref_state = state0.clone();
+    let ref_out = reference(&tail, d, t - r, &[0], true, &mut ref_state);
+    let eo = rel_err(&to_f32(&out[r * v_w..]), &to_f32(&ref_out));
+    let es = rel_err(&state, &ref_state);
+    println!("MAXERR gdr.decode long row T={t}: tail out {eo:.3e} state {es:.3e}");
+    assert!(eo <= OUT_TOL && es <= STATE_TOL, "long row: out {eo} state {es} (seed {seed})");
+}
+
+#[test]
 fn decode_padding_rows_and_canaries() {
     let Some(ctx) = gpu_or_skip("decode_padding_rows_and_canaries") else { return };
     let stream = ctx.default_stream();
@@ -563,7 +733,7 @@ fn decode_rejects_bad_arguments() {
     // H_v not a multiple of H_k; unsupported head dim.
     let e = call!(GdrDims { h_k: 3, ..d }, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
     assert_eq!(shape_arg(e.unwrap_err()), "dims");
-    for bad in [GdrDims { k: 96, ..d }, GdrDims { k: 16, ..d }, GdrDims { v: 8, ..d }] {
+    for bad in [GdrDims { k: 96, ..d }, GdrDims { k: 8, ..d }, GdrDims { v: 8, ..d }] {
         let e = call!(bad, t, st, &dev.q, &dev.a_log, None, &mut dstate, &mut dout);
         assert!(matches!(e, Err(deltakit::Error::Unsupported { .. })), "{bad:?}: {e:?}");
     }

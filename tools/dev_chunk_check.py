@@ -182,6 +182,10 @@ def rel(a, b):
 
 def run_case(be, name, d, lens, slots, num_slots, init_mode=1, init=None, use_l2=1, fused=0, gmode="rand",
              qk_scale=1.0, prec=(1, 1, 3), seed=0, scale=None):
+    """gmode (precomputed gating): rand, zero, extreme (30% -100), neginf (25% -inf mixed with ordinary gates,
+    plus one whole chunk of -inf when T > 128); fused gating with gmode "edge": head 0 has A_log = 87
+    (exp(A_log) ~ 6.1e37: a in [7, 12] overflows g to -inf, ordinary a gives g ~ -1e37, a in [-87, -85] gives
+    ordinary gates (softplus ~ e^a, still a normal f32), all mixed in each chunk) and the other heads get a = -300 on 30% of tokens (softplus underflows to 0: g = -0)."""
     rng = np.random.default_rng(seed)
     hk, hv, kd, vd = d
     n = len(lens)
@@ -196,8 +200,17 @@ def run_case(be, name, d, lens, slots, num_slots, init_mode=1, init=None, use_l2
     b = from_bf16_bits(to_bf16_bits(rng.uniform(-3, 3, (t, hv)).astype(np.float32))).reshape(t, hv)
     alog = rng.uniform(-1, 1, hv).astype(np.float32)
     dtb = rng.uniform(-1, 1, hv).astype(np.float32)
+    if fused and gmode == "edge":
+        alog[0] = 87.0
+        u = rng.uniform(size=(t,))
+        hi = from_bf16_bits(to_bf16_bits(rng.uniform(7, 12, t).astype(np.float32)))
+        lo = from_bf16_bits(to_bf16_bits(rng.uniform(-87, -85, t).astype(np.float32)))
+        a[:, 0] = np.where(u < 0.3, hi, np.where(u < 0.7, lo, a[:, 0]))
+        if hv > 1:
+            a[:, 1:] = np.where(rng.uniform(size=(t, hv - 1)) < 0.3, -300.0, a[:, 1:])
     if fused:
-        g = (-np.exp(alog.astype(np.float64)) * softplus(a.astype(np.float64) + dtb)).astype(np.float32)
+        with np.errstate(over="ignore"):
+                g = (-np.exp(alog.astype(np.float64)) * softplus(a.astype(np.float64) + dtb)).astype(np.float32)
         beta = (1 / (1 + np.exp(-b.astype(np.float64)))).astype(np.float32)
     else:
         g = -rng.uniform(0, 0.5, (t, hv)).astype(np.float32)
@@ -205,6 +218,10 @@ def run_case(be, name, d, lens, slots, num_slots, init_mode=1, init=None, use_l2
             g[:] = 0
         elif gmode == "extreme":
             g[rng.uniform(size=g.shape) < 0.3] = -100.0
+        elif gmode == "neginf":
+            g[rng.uniform(size=g.shape) < 0.25] = -np.inf
+            if t > 128:
+                g[64:128] = -np.inf
         beta = rng.uniform(0, 1, (t, hv)).astype(np.float32)
     state = rng.uniform(-1, 1, (num_slots, hv, kd, vd)).astype(np.float32)
     if init is None:
@@ -325,6 +342,19 @@ def main():
         ok &= run_case(be, "small K=64 V=16", (1, 3, 64, 16), [100], [0], 1, prec=prec, seed=14)
         ok &= run_case(be, "small K=128 V=32", (2, 2, 128, 32), [70], [0], 1, prec=prec, seed=15)
         ok &= run_case(be, "small K=32 V=128", (1, 2, 32, 128), [66], [0], 1, gmode="extreme", prec=prec, seed=16)
+        # K = 16 (padded to the 64-wide key tile), every V.
+        for i, vd in enumerate((16, 32, 64, 128)):
+            ok &= run_case(be, f"K=16 V={vd} varlen", (2, 4, 16, vd), [1, 70, 0, 64], [2, 0, -1, 1], 3,
+                           init_mode=2, init=np.array([1, 1, 0, 0], np.int32), fused=i % 2, prec=prec, seed=20 + i)
+    # Gates at the edge of f32 (g = -inf: full decay; softplus underflow: g = -0), fused and precomputed.
+    ok &= run_case(be, "g -inf mixed (precomputed)", (1, 2, 64, 64), [200, 30], [0, 1], 2, gmode="neginf", prec=prec,
+                   seed=30)
+    ok &= run_case(be, "g edge (fused)", (2, 4, 64, 64), [200, 30], [0, 1], 2, fused=1, gmode="edge", prec=prec,
+                   seed=31)
+    if not args.quick:
+        ok &= run_case(be, "g -inf K=16 V=32", (1, 3, 16, 32), [130], [0], 1, gmode="neginf", prec=prec, seed=32)
+        ok &= run_case(be, "g edge fused K=128 V=128", (1, 2, 128, 128), [150], [0], 1, fused=1, gmode="edge",
+                       prec=prec, seed=33)
         if not args.cpu:
             ok &= run_case(be, "qwen 16/48 T=1000", (16, 48, 128, 128), [1000], [0], 1, fused=1, prec=prec, seed=11)
     print("ALL OK" if ok else "SOME FAILED", flush=True)

@@ -21,11 +21,16 @@
 // normalised q, k in a per-warp smem buffer (double-buffered, __syncwarp), so no extra CTA barrier.
 // Gating is computed per thread (two scalars). Slots outside [0, num_slots) (incl. -1) are padding:
 // the CTA writes zero output and touches no state. State loads/stores use the evict-first (.cs)
-// cache policy. Configurations (see launch_kv): T = 1 with >= 512 tiles: BV = 64, NW = 2; else
-// BV = 16, NW = 1. Measured at 27B TP1 (16/48) batch 64/256: 3.78/3.92 TB/s of state traffic.
-// Small head dims (K = 32 and / or V in {16, 32}; the tiny test models) always take the BV = 16,
-// NW = 1 configuration (launch_small): K = 32 gives EK = 1 q/k element per lane for the norms and
-// R = K/8 = 4 state rows per thread; V = 16 is a single V tile per head.
+// cache policy. Configurations (see launch_kv): K = V = 128, T = 1 with 256..400 (row, head) pairs
+// (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM; else T = 1 with >= 512 64-column tiles:
+// BV = 64, NW = 2; else BV = 16, NW = 1. A persistent variant with a cp.async prefetch of the next
+// tile (tools/tune/gdr_decode_lib.cu, sweep only) measured 2-8% slower.
+// Small head dims (K in {16, 32} and / or V in {16, 32}; the tiny test models) always take the
+// BV = 16, NW = 1 configuration (launch_small): K = 32 gives EK = 1 q/k element per lane for the
+// norms and R = K/8 = 4 state rows per thread; K = 16 gives lanes 0..15 one element each (lanes
+// 16..31 load nothing) and R = 2; V = 16 is a single V tile per head.
+// Gates at the edge of f32: g = -inf or NaN (exp(A_log) overflow, times a softplus that
+// underflowed to 0) and g <= -64 decay the state fully (factor 0).
 #include <cuda_bf16.h>
 
 #include "../common/launch.cuh"
@@ -114,53 +119,46 @@ __device__ __forceinline__ void store_state(float* p, float4 v) {
   }
 }
 
-template <int K, int V, int BV, int NW, bool L2, int LD = 0, int ST = 0, int MINB = 1>
-__global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
-  constexpr int LV = BV / 4;   // lanes along V in a warp
-  constexpr int KW = 32 / LV;  // lanes along K in a warp
-  constexpr int KT = NW * KW;  // K-threads per CTA
-  constexpr int R = K / KT;    // state rows per thread
-  constexpr int NVB = V / BV;  // V tiles per head
-  constexpr int EK = K / 32;   // q/k elements per lane for the norms
+// Tile geometry of one (K, V, BV, NW) configuration (see the file comment).
+template <int K, int V, int BV, int NW>
+struct Geo {
+  static constexpr int LV = BV / 4;   // lanes along V in a warp
+  static constexpr int KW = 32 / LV;  // lanes along K in a warp
+  static constexpr int KT = NW * KW;  // K-threads per CTA
+  static constexpr int R = K / KT;    // state rows per thread
+  static constexpr int NVB = V / BV;  // V tiles per head
+  static constexpr int EK = K >= 32 ? K / 32 : 1;  // q/k elements per lane for the norms
+  static constexpr bool KL = K < 32;                 // K = 16: lanes K.. hold no q/k element
   static_assert(BV % 4 == 0 && LV >= 1 && LV <= 32 && 32 % LV == 0, "BV");
   static_assert(V % BV == 0 && K % KT == 0 && R >= 1, "tile");
-  static_assert(EK == 1 || EK == 2 || EK == 4, "K in {32, 64, 128}");
+  static_assert(EK == 1 || EK == 2 || EK == 4, "K in {16, 32, 64, 128}");
+  static_assert(!KL || K == 16, "K in {16, 32, 64, 128}");
+};
 
-  __shared__ __align__(16) float qk_s[NW][2][2][K];               // [warp][parity][q|k][K]
-  __shared__ __align__(16) float red_s[NW > 1 ? 2 : 1][NW][2][BV];  // [parity][warp][k|q][BV]
+// Shared memory of one CTA: per-warp q/k staging and the cross-warp reduction buffer.
+template <int K, int BV, int NW>
+struct Smem {
+  __align__(16) float qk[NW][2][2][K];               // [warp][parity][q|k][K]
+  __align__(16) float red[NW > 1 ? 2 : 1][NW][2][BV];  // [parity][warp][k|q][BV]
+};
 
+// The T tokens of row n on the state tile s (registers) of value head hv, columns col0..col0+3 of
+// this thread. Updates s in place and writes the outputs.
+template <int K, int V, int BV, int NW, bool L2>
+__device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv, int col0,
+                                           float4 (&s)[Geo<K, V, BV, NW>::R], Smem<K, BV, NW>& sm) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int LV = G::LV, KW = G::KW, KT = G::KT, R = G::R, EK = G::EK;
+  constexpr bool KL = G::KL;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int cg = lane % LV;
   const int kq = lane / LV;
   const int kt = warp * KW + kq;
-
-  const int64_t bid = blockIdx.x;
-  const int vb = static_cast<int>(bid % NVB);
-  const int64_t rest = bid / NVB;
-  const int64_t hv = rest % p.h_v;
-  const int64_t n = rest / p.h_v;
   const int64_t kh = hv / (p.h_v / p.h_k);
-  const int col0 = vb * BV + cg * 4;
   const int64_t out_row = p.h_v * V;
-
-  const int32_t slot = p.slots[n];
-  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
-    if (kt == 0) {
-      for (int64_t t = 0; t < p.t; ++t) {
-        store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
-      }
-    }
-    return;
-  }
-
-  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
-  float4 s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
-  }
-
+  auto& qk_s = sm.qk;
+  auto& red_s = sm.red;
   const float a_log = p.a_log[hv];
   const float dt_bias = p.dt_bias[hv];
   const float neg_a = -expf(a_log);
@@ -172,13 +170,22 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
     const float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
     const float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
     const float g = neg_a * softplus_f(av + dt_bias);
-    const float decay = expf(g);
+    // Full decay at the edge of f32: g = -inf (exp(A_log) overflow) and g = NaN (-inf * 0, when
+    // softplus underflows too) give 0, as do g <= -64 (e^-64 ~ 1.6e-28), the same rule as the
+    // chunk prefill's clamp / flush (triton_aot/gdr/chunk_prefill.py, G_FLOOR).
+    const float decay = g > -64.f ? expf(g) : 0.f;
     const float beta = sigmoid_f(bv);
 
     // q/k norms of key head kh, computed by each warp with shuffles, staged in its smem slice.
     float qf[EK], kf[EK];
-    load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
-    load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+    const bool has_qk = !KL || lane * EK < K;
+    if (has_qk) {
+      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+    } else {
+#pragma unroll
+      for (int e = 0; e < EK; ++e) qf[e] = kf[e] = 0.f;
+    }
     float ssq = 0.f, ssk = 0.f, sqk = 0.f;
 #pragma unroll
     for (int e = 0; e < EK; ++e) {
@@ -200,10 +207,12 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
     const float qk = sqk * iq * ik;  // (normalised, scaled q) . (normalised k)
     float* qs = qk_s[warp][par][0];
     float* ks = qk_s[warp][par][1];
+    if (has_qk) {
 #pragma unroll
-    for (int e = 0; e < EK; ++e) {
-      qs[lane * EK + e] = qf[e] * iq;
-      ks[lane * EK + e] = kf[e] * ik;
+      for (int e = 0; e < EK; ++e) {
+        qs[lane * EK + e] = qf[e] * iq;
+        ks[lane * EK + e] = kf[e] * ik;
+      }
     }
     float vf[4];
     load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
@@ -267,11 +276,51 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
     }
   }
 
+}
+
+template <int K, int V, int BV, int NW, bool L2, int LD = 0, int ST = 0, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
+  __shared__ Smem<K, BV, NW> sm;
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+
+  const int64_t bid = blockIdx.x;
+  const int vb = static_cast<int>(bid % NVB);
+  const int64_t rest = bid / NVB;
+  const int64_t hv = rest % p.h_v;
+  const int64_t n = rest / p.h_v;
+  const int col0 = vb * BV + cg * 4;
+  const int64_t out_row = p.h_v * V;
+
+  const int32_t slot = p.slots[n];
+  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
+    if (kt == 0) {
+      for (int64_t t = 0; t < p.t; ++t) {
+        store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    return;
+  }
+
+  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+  float4 s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
+  }
+  run_tokens<K, V, BV, NW, L2>(p, n, hv, col0, s, sm);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     store_state<ST>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
   }
 }
+
 
 // Launches one (K, V, BV, NW) configuration.
 template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1>
@@ -287,6 +336,7 @@ dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
@@ -295,13 +345,27 @@ constexpr int64_t kWideTileMinTiles = 512;
 // T = 1 with enough tiles: BV = 64, 2 warps (R = K/4 rows per thread, ~250 registers, 4 CTAs/SM,
 // 32 KB of state in flight per CTA); otherwise (small batches, and T > 1 where the per-token
 // chain dominates) BV = 16, 1 warp (no CTA barrier at all).
+//
+// K = V = 128 with T = 1 and kWholeHeadMinHeads..kWholeHeadMaxHeads (row, head) pairs: one CTA per
+// whole head (BV = 128, 4 warps, R = 32 rows per thread), register use capped for 3 CTAs per SM
+// (168 registers, no spills), so the grid is one wave of <= 396 CTAs on an H200: 27B TP2 batch 16
+// (384 heads) 17.7 us vs 18.9 us L2-cold (13.7 vs 14.4 us warm). With more heads (several waves)
+// it is 1-3.5% slower than the 64-column tile (tools/bench_anchors_gdr.py sweep, 2026-12-01).
+constexpr int64_t kWholeHeadMinHeads = 256;
+constexpr int64_t kWholeHeadMaxHeads = 400;
+
 template <int K, int V>
 dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
+  if constexpr (K == 128 && V == 128) {
+    const int64_t heads = a.n * a.h_v;
+    if (a.t == 1 && heads >= kWholeHeadMinHeads && heads <= kWholeHeadMaxHeads)
+      return launch_cfg<K, V, 128, 4, 0, 0, 3>(a, l2, stream);
+  }
   if (a.t == 1 && a.n * a.h_v * (V / 64) >= kWideTileMinTiles) return launch_cfg<K, V, 64, 2>(a, l2, stream);
   return launch_cfg<K, V, 16, 1>(a, l2, stream);
 }
 
-// Small head dims (K = 32 and / or V in {16, 32}): always the BV = 16, 1-warp configuration (the
+// Small head dims (K in {16, 32} and / or V in {16, 32}): always the BV = 16, 1-warp configuration (the
 // only one whose V tile fits V = 16; performance is irrelevant at these sizes).
 template <int K, int V>
 dk_status launch_small(const Args& a, bool l2, cudaStream_t stream) {
@@ -315,7 +379,7 @@ extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t strea
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->n < 0 || p->t < 1 || p->h_k < 1 || p->h_v < 1 || p->num_slots < 0) return DK_ERR_INVALID_ARGUMENT;
   if (p->h_v % p->h_k != 0) return DK_ERR_INVALID_ARGUMENT;
-  const bool k_ok = p->k_dim == 32 || p->k_dim == 64 || p->k_dim == 128;
+  const bool k_ok = p->k_dim == 16 || p->k_dim == 32 || p->k_dim == 64 || p->k_dim == 128;
   const bool v_ok = p->v_dim == 16 || p->v_dim == 32 || p->v_dim == 64 || p->v_dim == 128;
   if (!k_ok || !v_ok) return DK_ERR_UNSUPPORTED;
   if (p->n == 0) return DK_OK;
@@ -355,8 +419,12 @@ extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t strea
   a.ab_stride = p->ab_stride;
   a.scale = p->scale;
   const bool l2 = p->use_qk_l2norm != 0;
-  if (p->k_dim == 32 || p->v_dim < 64) {
+  if (p->k_dim < 64 || p->v_dim < 64) {
     switch (p->k_dim * 1000 + p->v_dim) {
+      case 16016: return launch_small<16, 16>(a, l2, stream);
+      case 16032: return launch_small<16, 32>(a, l2, stream);
+      case 16064: return launch_small<16, 64>(a, l2, stream);
+      case 16128: return launch_small<16, 128>(a, l2, stream);
       case 32016: return launch_small<32, 16>(a, l2, stream);
       case 32032: return launch_small<32, 32>(a, l2, stream);
       case 32064: return launch_small<32, 64>(a, l2, stream);

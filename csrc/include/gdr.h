@@ -20,7 +20,9 @@
  *   a_log, dt_bias f32 [h_v]; slots i32 [N];
  *   state f32 [num_slots, h_v, k_dim, v_dim] (v contiguous), updated in place;
  *   out   bf16 [N*T, h_v, v_dim], contiguous.
- * Supported: k_dim in {32, 64, 128}, v_dim in {16, 32, 64, 128}; h_v % h_k == 0; q, k, v, state, out 16-byte aligned (a, b,
+ * g = -inf or NaN (exp(a_log) overflowing, times a softplus that underflowed) and g <= -64 decay
+ * the state fully (factor 0).
+ * Supported: k_dim in {16, 32, 64, 128}, v_dim in {16, 32, 64, 128}; h_v % h_k == 0; q, k, v, state, out 16-byte aligned (a, b,
  * a_log, dt_bias, slots naturally aligned); q/k/v token strides multiples of 8 elements, ab_stride
  * any. */
 typedef struct DkGdrDecodeParams {

@@ -38,7 +38,8 @@ the head dim; padding rows / columns are loaded as 0 (so every product and L2 no
 stored; the masking is a constexpr branch taken only when D % tile != 0 (every tuned entry compiles without
 it). BK >= K always; BV >= V or V % BV == 0 (static_assert in each kernel). The small dims thus run the
 tuned kernels' tile shapes (a first build with BV = 16 / K = 32 tiles read past its shared memory on an H200).
-Only non-positive exponents are exponentiated (differences of cumulative log-decays, masked).
+Only non-positive exponents are exponentiated (differences of cumulative log-decays, masked), through _dexp:
+gates are clamped at -G_FLOOR (g = -inf / NaN = full decay) and factors at or below e^-(G_FLOOR-1) flush to 0.
 Products: raw bf16 q / k / v enter the tensor cores exactly (the L2-norm factors and beta / decays are
 applied on the f32 side); f32 operands (Tm, W, S, D) are split into bf16 hi + lo (PREC 4), ~2^-16 relative.
 The H200 tests see final-state errors ~4e-6 (4e-5 with g = -100) and bf16 outputs ~2.5e-3.
@@ -49,6 +50,14 @@ import triton
 import triton.language as tl
 
 BT = 64  # chunk size (tokens)
+# Full-decay floor: every gate is clamped to g >= -G_FLOOR (g = -inf, from exp(A_log) overflowing, and a NaN g,
+# from -inf * 0 when softplus also underflows, both become -G_FLOOR), and every decay factor exp(x) with
+# x <= -(G_FLOOR - 1) is flushed to exactly 0 (_dexp). So a token with g <= -G_FLOOR zeroes every term that spans
+# it, as exp(-inf) = 0 does in the recurrence, and the chunk-local cumulative sums stay finite (>= -64 * G_FLOOR,
+# no inf - inf). The flush changes an ordinary decay only below e^-63 ~ 4e-28 (relative to the terms it scales).
+# Rounding: cumulative log-decays are f32, so a pair's exponent carries an absolute error of ~ulp(|gcum|):
+# <= 4.9e-4 after 64 clamped tokens in one chunk, ~1e-5 after one (the -100 gates of the tests already do that).
+G_FLOOR = tl.constexpr(64.0)
 MAP_BLOCK = 128  # chunk ids per program of gdr_chunk_map_kernel
 OFFSETS_BLOCK = 1024  # sequences per loop step of gdr_chunk_offsets_kernel
 
@@ -198,9 +207,18 @@ def _gating(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, rows, m, hv, HV, s
     else:
         g = tl.load(g_ptr + off, mask=m, other=0.0)
         beta = tl.load(beta_ptr + off, mask=m, other=0.0)
+    # Full decay: g = -inf (exp(A_log) overflow) and NaN (-inf * 0) clamp to -G_FLOOR (see _dexp).
+    g = tl.where(g > -G_FLOOR, g, -G_FLOOR)
     g = tl.where(m, g, 0.0)
     beta = tl.where(m, beta, 0.0)
     return g, beta
+
+
+@triton.jit
+def _dexp(x):
+    """exp(x) for a decay exponent x <= 0 (a difference of cumulative log-decays), flushed to exactly 0 at or below
+    -(G_FLOOR - 1) (so a clamped full-decay gate in between gives 0) and for NaN."""
+    return tl.where(x > 1.0 - G_FLOOR, tl.exp(x), 0.0)
 
 
 @triton.jit
@@ -290,7 +308,7 @@ def gdr_chunk_kkt_kernel(k_ptr, g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr
         kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
         att = _dot_bb(kk, tl.trans(kk)) * (beta * rn)[:, None] * rn[None, :]
         low = r[:, None] > r[None, :]
-        att = tl.where(low, att * tl.exp(tl.where(low, gc[:, None] - gc[None, :], 0.0)), 0.0)
+        att = tl.where(low, att * _dexp(tl.where(low, gc[:, None] - gc[None, :], 0.0)), 0.0)
         tl.store(A_ptr + (rows * HV + hv)[:, None] * 64 + r[None, :], att, mask=m[:, None])
 
 
@@ -368,7 +386,7 @@ def gdr_chunk_wu_kernel(k_ptr, v_ptr, betaw_ptr, gcum_ptr, A_ptr, w_ptr, u_ptr, 
         gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
         kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
         # Per-column factors of Tm fold the row scalings of k / v, which then enter exactly as bf16.
-        ww = _mm_fb(tm * (beta * tl.exp(gc) * rn)[None, :], kk, PREC)
+        ww = _mm_fb(tm * (beta * _dexp(gc) * rn)[None, :], kk, PREC)
         ck = tl.arange(0, BK)
         _st(w_ptr, (rows * HV + hv)[:, None] * K + ck[None, :], ww, m, ck, K, BK)
         vv, _ = _load_raw(v_ptr, rows, m, hv, sv, V, BV, 0)
@@ -427,8 +445,8 @@ def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_p
             gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
             g_last = tl.load(gcum_ptr + (tl.minimum(t0 + 63, eos - 1)) * HV + hv)
             kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
-            dec = tl.where(m, tl.exp(tl.where(m, g_last - gc, 0.0)), 0.0) * rn
-            S = S * tl.exp(g_last) + _mm_bf(tl.trans(kk), dd * dec[:, None], PREC)
+            dec = tl.where(m, _dexp(tl.where(m, g_last - gc, 0.0)), 0.0) * rn
+            S = S * _dexp(g_last) + _mm_bf(tl.trans(kk), dd * dec[:, None], PREC)
         if PAD:
             tl.store(state_ptr + s_off, S, mask=_kv_tile_mask(rk, cv, K, BK, V, BV))
         else:
@@ -466,10 +484,10 @@ def gdr_chunk_out_kernel(q_ptr, k_ptr, u_ptr, gcum_ptr, h_ptr, o_ptr, cu_ptr, sl
                 hh = tl.load(h_ptr + h_off, mask=_kv_tile_mask(rk, cv, K, BK, V, BV), other=0.0)
             else:
                 hh = tl.load(h_ptr + h_off)
-            o = _dot_bb(qq, hh.to(tl.bfloat16)) * (rq * tl.exp(gc))[:, None]
+            o = _dot_bb(qq, hh.to(tl.bfloat16)) * (rq * _dexp(gc))[:, None]
             causal = (r64[:, None] >= r64[None, :]) & m[:, None]
             att = _dot_bb(qq, tl.trans(kk)) * rq[:, None] * rk_n[None, :]
-            att = tl.where(causal, att * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0)), 0.0)
+            att = tl.where(causal, att * _dexp(tl.where(causal, gc[:, None] - gc[None, :], 0.0)), 0.0)
             dd = _ld(u_ptr, o_off, m, cv, V, BV)
             o += _mm_ff(att, dd, PREC)
             _st(o_ptr, o_off, o.to(tl.bfloat16), m, cv, V, BV)

@@ -50,6 +50,56 @@ fn gdr_one_token_by_hand() {
 }
 
 #[test]
+fn gdr_full_decay_by_hand() {
+    // g = -inf (exp(A_log) overflowing) is a full decay: exp(-inf) = 0. K = V = 2, no L2 norm,
+    // scale 1, beta 0.5, k = e0, v = [1, 1], S0 = [[1, 2], [3, 4]].
+    // Token 0: g = ln 0.5, q = e1 -> S = [[.75, 1], [1.5, 2]], o = [1.5, 2] (gdr_one_token_by_hand).
+    // Token 1: g = -inf, q = [1, 1] -> S = 0; S^T k = 0; delta = .5 [1, 1]; S = [[.5, .5], [0, 0]];
+    // o = S^T q = [.5, .5].
+    let d = GdrDims { h_k: 1, h_v: 1, k: 2, v: 2 };
+    let inp = GdrInputs {
+        q: &[0.0f32, 1.0, 1.0, 1.0],
+        k: &[1.0, 0.0, 1.0, 0.0],
+        v: &[1.0, 1.0, 1.0, 1.0],
+        g: &[0.5f32.ln(), f32::NEG_INFINITY],
+        beta: &[0.5, 0.5],
+    };
+    let opts = GdrOptions { use_qk_l2norm: false, scale: Some(1.0) };
+    let (want_o, want_s) = ([1.5f32, 2.0, 0.5, 0.5], [0.5f32, 0.5, 0.0, 0.0]);
+    let (want_o64, want_s64) = (want_o.map(f64::from), want_s.map(f64::from));
+    let mut st = vec![1.0f32, 2.0, 3.0, 4.0];
+    let mut out = vec![f32::NAN; 4];
+    gdr::recurrent_prefill(&inp, d, Varlen::new(&[0, 2], &[0]), opts, &mut st, &mut out).unwrap();
+    assert_eq!((out.clone(), st.clone()), (want_o.to_vec(), want_s.to_vec()));
+    for chunk in gdr::CHUNK_SIZES {
+        let mut st = vec![1.0f32, 2.0, 3.0, 4.0];
+        let mut out = vec![f32::NAN; 4];
+        gdr::chunk_prefill(&inp, d, Varlen::new(&[0, 2], &[0]), opts, chunk, &mut st, &mut out)
+            .unwrap();
+        assert!(
+            rel_err64(&out, &want_o64) < 1e-7 && rel_err64(&st, &want_s64) < 1e-7,
+            "chunk {chunk}: {out:?} {st:?}"
+        );
+    }
+    // Decode of token 1 alone from S = [[.75, 1], [1.5, 2]].
+    let one = GdrInputs {
+        q: &inp.q[2..],
+        k: &inp.k[2..],
+        v: &inp.v[2..],
+        g: &inp.g[1..],
+        beta: &inp.beta[1..],
+    };
+    let mut st = vec![0.75f32, 1.0, 1.5, 2.0];
+    let mut out = vec![f32::NAN; 2];
+    gdr::decode(&one, d, &[0], opts, &mut st, &mut out).unwrap();
+    assert_eq!((out, st), (vec![0.5, 0.5], want_s.to_vec()));
+    // The gating gives -inf when exp(A_log) overflows (A_log = 100, softplus(1) > 0).
+    let (mut g, mut beta) = (vec![0f32; 1], vec![0f32; 1]);
+    gdr::gating(&[1.0], &[0.0], &[100.0], &[0.0], &mut g, &mut beta).unwrap();
+    assert_eq!(g[0], f32::NEG_INFINITY);
+}
+
+#[test]
 fn gating_by_hand() {
     let (mut g, mut beta) = (vec![0f32; 3], vec![0f32; 3]);
     // H_v = 1: a + dt_bias in {0, 100, -100}; A_log = 0 (exp = 1).

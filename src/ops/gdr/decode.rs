@@ -36,12 +36,14 @@ pub struct DecodeStrides {
 /// verification). Per token and value head `hv` (key head `hv / (H_v/H_k)`), in f32:
 /// `g = -exp(a_log) * softplus(a + dt_bias)`, `beta = sigmoid(b)`, q/k L2-normalised if
 /// `opts.use_qk_l2norm`, `q *= scale` (`K^-0.5` by default),
-/// `S *= exp(g); delta = beta * (v - S^T k); S += k (x) delta; o = S^T q`.
+/// `S *= exp(g); delta = beta * (v - S^T k); S += k (x) delta; o = S^T q`. At the edge of f32,
+/// `g = -inf` (`exp(a_log)` overflowing) is a full decay (`exp(-inf) = 0`, as the recurrence
+/// says); so are `g = NaN` (`-inf * 0` when the softplus underflows too) and `g <= -64`.
 ///
 /// Shapes (bf16 unless noted): `q`, `k` `[N*T, H_k, K]`; `v` `[N*T, H_v, V]`; `a`, `b`
 /// `[N*T, H_v]` (token strides per `strides`); `a_log`, `dt_bias` f32 `[H_v]`; `slots` i32 `[N]`
 /// (device); `state` f32 `[num_slots, H_v, K, V]` (V contiguous), updated in place; `out`
-/// `[N*T, H_v, V]` contiguous. `K` in {32, 64, 128}, `V` in {16, 32, 64, 128} (any combination;
+/// `[N*T, H_v, V]` contiguous. `K` in {16, 32, 64, 128}, `V` in {16, 32, 64, 128} (any combination;
 /// [`super::SUPPORTED_K`], [`super::SUPPORTED_V`]): the tuned tile configurations serve
 /// `K, V` in {64, 128}, the smaller dims (tiny test models) one simple 16-column tile.
 /// `q`, `k`, `v`, `state`, `out` 16-byte aligned.
@@ -54,7 +56,7 @@ pub struct DecodeStrides {
 ///
 /// # Errors
 /// [`Error::Shape`] for any length, stride or alignment mismatch and for bad `slots_host`;
-/// [`Error::Unsupported`] for head dims outside `K` in {32, 64, 128}, `V` in {16, 32, 64, 128};
+/// [`Error::Unsupported`] for head dims outside `K` in {16, 32, 64, 128}, `V` in {16, 32, 64, 128};
 /// [`Error::DeviceMismatch`];
 /// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on error.
 #[allow(clippy::too_many_arguments)]

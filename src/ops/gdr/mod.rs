@@ -9,8 +9,8 @@ pub use decode::{decode, DecodeStrides};
 use crate::error::Error;
 
 /// Key head dims `K` that [`decode`] and [`chunk_prefill::chunk_prefill`] are built for. 64 and
-/// 128 are the tuned sizes (Qwen3.5 / Qwen3-Next use 128); 32 serves the tiny test models.
-pub const SUPPORTED_K: [usize; 3] = [32, 64, 128];
+/// 128 are the tuned sizes (Qwen3.5 / Qwen3-Next use 128); 16 and 32 serve the tiny test models.
+pub const SUPPORTED_K: [usize; 4] = [16, 32, 64, 128];
 /// Value head dims `V` that [`decode`] and [`chunk_prefill::chunk_prefill`] are built for (any
 /// combination with [`SUPPORTED_K`]). 64 and 128 are the tuned sizes; 16 and 32 serve the tiny
 /// test models.
@@ -18,7 +18,7 @@ pub const SUPPORTED_V: [usize; 4] = [16, 32, 64, 128];
 
 /// Whether [`decode`] and [`chunk_prefill::chunk_prefill`] are built for head dims `(k, v)`, i.e.
 /// a GDR layer with them runs on the GPU end to end: `k` in [`SUPPORTED_K`], `v` in
-/// [`SUPPORTED_V`] (`K = 32` and `V < 64` run the tuned tile shapes, padded and masked).
+/// [`SUPPORTED_V`] (`K < 64` and `V < 64` run the tuned tile shapes, padded and masked).
 #[must_use]
 pub fn head_dims_supported(k: usize, v: usize) -> bool {
     SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)

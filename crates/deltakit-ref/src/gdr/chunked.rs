@@ -176,12 +176,13 @@ fn chunk(
 /// each sequence (state carried across chunks in f64), reads the f32 initial state from the slot,
 /// writes the final state as f32 and rounds outputs to `T` once.
 ///
-/// Shapes and state semantics: as [`super::recurrent_prefill`]. `g` must be finite and `<= 0`
-/// (what [`super::gating`] produces); `g == 0` and very negative `g` (e.g. -100) are exact / finite.
+/// Shapes and state semantics: as [`super::recurrent_prefill`]. `g` must be `<= 0` (what
+/// [`super::gating`] produces); `g == 0`, very negative `g` (e.g. -100) and `g = -inf` (full
+/// decay: every pairwise factor spanning it is `exp(-inf) = 0`) are exact / finite.
 ///
 /// # Errors
 /// As [`super::recurrent_prefill`], plus [`RefError::Unsupported`] for a chunk size outside
-/// [`CHUNK_SIZES`] and [`RefError::Invalid`] for a `g` that is positive or not finite.
+/// [`CHUNK_SIZES`] and [`RefError::Invalid`] for a `g` that is positive or NaN.
 pub fn chunk_prefill<T: Elem>(
     inp: &GdrInputs<'_, T>,
     dims: GdrDims,

@@ -26,8 +26,9 @@ pub fn sigmoid(x: f32) -> f32 {
 /// with `H_v = a_log.len()`. bf16 inputs are widened by the caller (HF casts `a` to f32 first).
 /// For a bf16 model HF computes `beta = b.sigmoid()` in bf16: round `beta` to bf16 afterwards
 /// (e.g. [`crate::dtype::round_bf16`]) to mirror it; `g` stays f32 as in HF.
-/// `g <= 0` or NaN: overflow can give `-inf` (large `A_log`) or NaN (`-inf * 0` when
-/// `softplus` underflows to 0), exactly as HF's formula does; the GDR ops reject such `g`.
+/// `g <= 0` or NaN: overflow can give `-inf` (large `A_log`), which the GDR ops take as a full
+/// decay (`exp(-inf) = 0`), or NaN (`-inf * 0` when `softplus` also underflows to 0), exactly as
+/// HF's formula does; the GDR ops reject a NaN `g`.
 ///
 /// # Errors
 /// [`crate::RefError::Shape`] if `H_v == 0` or any length disagrees with `[T, H_v]` / `[H_v]`.

@@ -70,15 +70,17 @@ pub struct GdrInputs<'a, T> {
     pub k: &'a [T],
     /// Values `[T, H_v, V]`.
     pub v: &'a [T],
-    /// Log-decay `g <= 0`, f32 `[T, H_v]`.
+    /// Log-decay `g <= 0` (`-inf` = full decay), f32 `[T, H_v]`.
     pub g: &'a [f32],
     /// Write strength `beta`, f32 `[T, H_v]`.
     pub beta: &'a [f32],
 }
 
-/// `g` must be finite and `<= 0` on every token of a live sequence (padding sequences' tokens are
-/// never read, so they are not checked); `opts.scale` must be finite. Shared by every GDR op so
-/// they accept and reject the same inputs.
+/// `g` must be `<= 0` (not NaN, not positive) on every token of a live sequence (padding
+/// sequences' tokens are never read, so they are not checked); `g = -inf` is accepted: it is what
+/// [`gating`] gives when `exp(A_log)` overflows, and the recurrence defines it as a full decay
+/// (`exp(-inf) = 0`). `opts.scale` must be finite. Shared by every GDR op so they accept and
+/// reject the same inputs.
 fn check_g_and_opts(
     op: &'static str,
     g: &[f32],
@@ -95,14 +97,15 @@ fn check_g_and_opts(
     }
     for seq in seqs.iter().filter(|s| s.slot.is_some()) {
         let range = seq.start * h_v..(seq.start + seq.len) * h_v;
+        // Rejects NaN and positive gates; -inf (a full decay) passes.
         if let Some((i, &gi)) =
-            g[range.clone()].iter().enumerate().find(|(_, g)| !(g.is_finite() && **g <= 0.0))
+            g[range.clone()].iter().enumerate().find(|(_, g)| g.is_nan() || **g > 0.0)
         {
             return Err(crate::RefError::Invalid {
                 op,
                 what: "g",
                 msg: format!(
-                    "log-decay must be finite and <= 0, got g[{}] = {gi}",
+                    "log-decay must be <= 0 (-inf allowed), got g[{}] = {gi}",
                     range.start + i
                 ),
             });

@@ -121,7 +121,8 @@ fn run<T: Elem>(
 /// # Errors
 /// [`crate::RefError::Shape`] on any length / dim mismatch (including `H_v % H_k != 0` and a state
 /// pool that is not a whole number of slots); [`crate::RefError::Invalid`] for bad `cu_seqlens` or
-/// slots, a `g` of a live sequence that is positive or not finite, or a non-finite `opts.scale`.
+/// slots, a `g` of a live sequence that is positive or NaN (`-inf` is a full decay), or a
+/// non-finite `opts.scale`.
 /// Nothing is written on error.
 pub fn recurrent_prefill<T: Elem>(
     inp: &GdrInputs<'_, T>,

@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""Three-way GDR anchor table: deltakit, FlashInfer 0.7.2 and FLA 0.6.0 measured in one process, one harness.
+
+Sibling of tools/bench_anchors.py (which reads deltakit's criterion numbers): here deltakit's kernels run
+inside the same Python process as the anchors, on the same inputs, timed the same way:
+  - gdr.decode: csrc/gdr/decode.cu built as a shared library (tools/tune/gdr_decode_lib.cu; the library's
+    own dk_gdr_decode dispatch, plus fixed tile configurations for the sweep), called through ctypes on
+    torch's stream;
+  - gdr.chunk_prefill: the Triton kernels of triton_aot/gdr/chunk_prefill.py, JIT-compiled with the
+    constexprs / warps / stages of triton_aot/manifest.toml and launched in the order and grids of
+    src/ops/gdr/chunk_prefill.rs (same source as the AOT cubins).
+Anchors: FlashInfer (gated_delta_rule_decode_pretranspose; gdn_prefill.chunk_gated_delta_rule, use_cp
+"auto") and FLA (fused_recurrent_gated_delta_rule / chunk_gated_delta_rule with state_v_first=True,
+timed on a pre-gathered state: "kernel alone"). Their state layout is [slots, H_v, V, K]; deltakit's is
+[slots, H_v, K, V] (the same values, transposed, so outputs are compared across libraries).
+
+Timing (as ../shared/anchor-kit/bench_fi_fla.py): CUDA events around one call queued behind a ~1 ms
+torch.cuda._sleep (host launch overhead hidden, as under CUDA graphs), 5 warm-ups, median of 20.
+Decode runs twice per shape: "warm" = a pool of 2B+1 slots and the same B slots every call (the kit's
+setup; at small B the state stays in the 50 MB L2), and "cold" = B fresh slots every call, rotating over
+a pool of >= 1.5 GB (every byte from HBM: what a model step sees, since the other layers' states and
+weights evict it). Units: decode f32 state TB/s = 2*B*H_v*K*V*4 / t; prefill nominal TFLOP/s =
+4*T*H_v*K*V / t.
+
+  python3 .anchor-kit/unpack.py /tmp/site
+  python3 tools/bench_anchors_gdr.py --site /tmp/site --lib .gpu-gdr/libdk_gdr_decode.so --out r.json \
+      [--only SUBSTR,..] [--skip-prefill] [--skip-decode] [--sweep] [--libs dk,fi,fla] [--budget-s 200]
+      [--prefill tp1,tp2,9b8,9b64k] [--fla-prefill tp2] [--prefill-variants]
+"""
+import argparse
+import ctypes
+import importlib.util
+import json
+import os
+import site
+import sys
+import time
+import tomllib
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = time.time()
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--site", default="")
+    p.add_argument("--lib", default=str(ROOT / ".gpu-gdr/libdk_gdr_decode.so"))
+    p.add_argument("--out", default="anchors_gdr.json")
+    p.add_argument("--only", default="")
+    p.add_argument("--skip-prefill", action="store_true")
+    p.add_argument("--skip-decode", action="store_true")
+    p.add_argument("--sweep", action="store_true", help="also time every fixed decode tile configuration")
+    p.add_argument("--libs", default="dk,fi,fla")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--budget-s", type=float, default=200.0)
+    p.add_argument("--prefill", default="tp1,tp2,9b8,9b64k", help="prefill shapes: tp1,tp2,9b8,9b64k")
+    p.add_argument("--fla-prefill", default="", help="prefill shapes (keys as --prefill) that also run FLA "
+                   "(its Triton autotune takes ~45 s a shape)")
+    p.add_argument("--prefill-variants", action="store_true",
+                   help="also time deltakit prefill with state-pass BV 64 / output-pass BV 128 (JIT, not in the library)")
+    return p.parse_args()
+
+
+ARGS = parse_args()
+if ARGS.site:
+    site.addsitedir(ARGS.site)
+    sys.path.insert(0, ARGS.site)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+DEV = "cuda"
+K = V = 128
+LIBS = set(ARGS.libs.split(","))
+RES = {"meta": {"torch": torch.__version__}, "rows": []}
+
+
+def elapsed():
+    return time.time() - T0
+
+
+def save():
+    with open(ARGS.out, "w") as f:
+        json.dump(RES, f, indent=1, default=str)
+
+
+def err_text(e):
+    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+
+
+def gpu_ms(fn, warmup=None, reps=None):
+    """Median GPU time (ms) of fn() queued behind a ~1 ms spin (host overhead hidden)."""
+    warmup = ARGS.warmup if warmup is None else warmup
+    reps = ARGS.reps if reps is None else reps
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(2_000_000)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def rel(a, b):
+    a, b = a.float().reshape(-1), b.float().reshape(-1)
+    if not torch.isfinite(a).all():
+        return float("nan")
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-30)).item()
+
+
+# ------------------------------------------------------------------------------------------ libraries
+def load_anchors():
+    libs = {}
+    if "fi" in LIBS:
+        try:
+            import flashinfer.gdn_decode as fid
+            import flashinfer.gdn_prefill as fip
+            libs["fi_decode"] = fid.gated_delta_rule_decode_pretranspose
+            libs["fi_prefill"] = fip.chunk_gated_delta_rule
+        except Exception as e:  # noqa: BLE001
+            RES["meta"]["fi_import_error"] = err_text(e)
+            print(traceback.format_exc()[-2000:], file=sys.stderr)
+    if "fla" in LIBS:
+        try:
+            from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+            libs["fla_decode"] = fused_recurrent_gated_delta_rule
+            libs["fla_prefill"] = chunk_gated_delta_rule
+        except Exception as e:  # noqa: BLE001
+            RES["meta"]["fla_import_error"] = err_text(e)
+    return libs
+
+
+class DecodeParams(ctypes.Structure):
+    """csrc/include/gdr.h DkGdrDecodeParams."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("q", "k", "v", "a", "b", "a_log", "dt_bias", "slots", "state", "out")] + \
+        [(n, ctypes.c_int64) for n in ("n", "t", "h_k", "h_v", "k_dim", "v_dim", "num_slots", "q_stride", "k_stride",
+                                       "v_stride", "ab_stride")] + [("scale", ctypes.c_float), ("use_qk_l2norm", ctypes.c_int32)]
+
+
+class DkDecode:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.dk_gdr_decode.argtypes = [ctypes.POINTER(DecodeParams), ctypes.c_void_p]
+        self.lib.dk_tune_gdr_decode_cfg.argtypes = [ctypes.POINTER(DecodeParams), ctypes.c_int, ctypes.c_void_p]
+        self.lib.dk_tune_gdr_decode_cfg_name.restype = ctypes.c_char_p
+        self.cfgs = [self.lib.dk_tune_gdr_decode_cfg_name(i).decode()
+                     for i in range(self.lib.dk_tune_gdr_decode_num_cfgs())]
+
+    def params(self, q, k, v, a, b, a_log, dt_bias, slots, state, out, hk, hv, t=1):
+        n = slots.numel()
+        p = DecodeParams(q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(), a_log.data_ptr(),
+                         dt_bias.data_ptr(), slots.data_ptr(), state.data_ptr(), out.data_ptr(), n, t, hk, hv, K, V,
+                         state.shape[0], hk * K, hk * K, hv * V, hv, K ** -0.5, 1)
+        return p
+
+    def call(self, p, cfg=None):
+        s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        st = self.lib.dk_gdr_decode(ctypes.byref(p), s) if cfg is None else \
+            self.lib.dk_tune_gdr_decode_cfg(ctypes.byref(p), cfg, s)
+        if st != 0:
+            raise RuntimeError(f"dk_gdr_decode status {st}")
+
+
+def load_chunk_module():
+    spec = importlib.util.spec_from_file_location("dk_chunk_prefill", ROOT / "triton_aot/gdr/chunk_prefill.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    man = tomllib.loads((ROOT / "triton_aot/manifest.toml").read_text())
+    ents = {e["name"]: e for e in man["kernel"]}
+    return m, ents
+
+
+# ------------------------------------------------------------------------------------------ decode
+def decode_row(libs, dk, name, hk, hv, B):
+    row = {"kind": "decode", "case": name, "B": B}
+    RES["rows"].append(row)
+    byts = 2.0 * B * hv * K * V * 4
+    tbps = lambda ms: byts / (ms * 1e-3) / 1e12  # noqa: E731
+    g = torch.Generator(device=DEV).manual_seed(B * 7 + hv)
+    rn = lambda *s: torch.randn(*s, device=DEV, generator=g)  # noqa: E731
+    q, k = rn(B, 1, hk, K).bfloat16(), rn(B, 1, hk, K).bfloat16()
+    v = rn(B, 1, hv, V).bfloat16()
+    a, b = rn(B, 1, hv).bfloat16(), rn(B, 1, hv).bfloat16()
+    A_log = torch.log(torch.empty(hv, device=DEV).uniform_(1, 16, generator=g))
+    dt_bias = (0.5 * rn(hv)).contiguous()
+    per_slot = hv * K * V * 4
+    P_warm = 2 * B + 1
+    n_win = max(2, min(64, int(1.5e9 // (B * per_slot)) + 1))  # cold: windows of B fresh slots
+    P_cold = n_win * B
+    pool_vk = (0.05 * rn(max(P_warm, P_cold), hv, V, K)).contiguous()  # [slot, Hv, V, K]
+    slots_warm = torch.randperm(P_warm, device=DEV, generator=g)[:B].to(torch.int32)
+    perm = torch.randperm(P_cold, device=DEV, generator=g).to(torch.int32)
+    wins = [perm[i * B:(i + 1) * B].contiguous() for i in range(n_win)]
+    row["cold_pool_slots"] = P_cold
+    outs = {}
+
+    def timed(key, mk):  # mk(slots) -> callable; warm and cold timings
+        r = row.setdefault(key, {})
+        try:
+            fw = mk(slots_warm)
+            r["warm_ms"] = gpu_ms(fw)
+            r["warm_TBps"] = tbps(r["warm_ms"])
+            calls = [mk(w) for w in wins]
+            it = [0]
+
+            def fc():
+                it[0] = (it[0] + 1) % len(calls)
+                calls[it[0]]()
+            r["cold_ms"] = gpu_ms(fc)
+            r["cold_TBps"] = tbps(r["cold_ms"])
+        except Exception as e:  # noqa: BLE001
+            r["error"] = err_text(e)
+
+    if "fi_decode" in libs:
+        fi = libs["fi_decode"]
+        pool = pool_vk.clone()
+        out = torch.empty(B, 1, hv, V, device=DEV, dtype=torch.bfloat16)
+        try:
+            fi(q, k, v, None, A_log, a, dt_bias, b, output=out, use_qk_l2norm=True, initial_state=pool,
+               initial_state_indices=slots_warm)
+            torch.cuda.synchronize()
+            outs["fi"] = (out.clone(), pool[slots_warm.long()].clone())
+        except Exception as e:  # noqa: BLE001
+            row["fi"] = {"error": err_text(e)}
+        if "fi" not in row:
+            timed("fi", lambda sl: (lambda: fi(q, k, v, None, A_log, a, dt_bias, b, output=out, use_qk_l2norm=True,
+                                               initial_state=pool, initial_state_indices=sl)))
+        del pool
+    if "fla_decode" in libs:
+        fla = libs["fla_decode"]
+        kw = dict(g=a, beta=b, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                  output_final_state=True, use_qk_l2norm_in_kernel=True, state_v_first=True)
+        try:
+            o, ht = fla(q, k, v, initial_state=pool_vk[slots_warm.long()].contiguous(), **kw)
+            torch.cuda.synchronize()
+            outs["fla"] = (o.clone(), ht.clone())
+            h0s = {id(sl): pool_vk[sl.long()].contiguous() for sl in [slots_warm] + wins}
+            timed("fla_kernel", lambda sl: (lambda h0=h0s[id(sl)]: fla(q, k, v, initial_state=h0, **kw)))
+            row["fla_kernel"]["note"] = "kernel alone on a pre-gathered state"
+            del h0s
+        except Exception as e:  # noqa: BLE001
+            row["fla_kernel"] = {"error": err_text(e)}
+    if dk is not None:
+        pool = pool_vk.transpose(-1, -2).contiguous()  # [slot, Hv, K, V]
+        out = torch.empty(B, hv, V, device=DEV, dtype=torch.bfloat16)
+        ps = {}
+
+        def par(sl):
+            key = id(sl)
+            if key not in ps:
+                ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool, out, hk, hv)
+            return ps[key]
+        try:
+            dk.call(par(slots_warm))
+            torch.cuda.synchronize()
+            outs["dk"] = (out.clone().view(B, 1, hv, V), pool[slots_warm.long()].transpose(-1, -2).clone())
+            pool.copy_(pool_vk.transpose(-1, -2))
+            timed("dk", lambda sl: (lambda p=par(sl): dk.call(p)))
+            if ARGS.sweep:
+                for ci, cn in enumerate(dk.cfgs):
+                    timed("dk:" + cn, lambda sl, ci=ci: (lambda p=par(sl): dk.call(p, ci)))
+        except Exception as e:  # noqa: BLE001
+            row["dk"] = {"error": err_text(e)}
+        del pool
+    ref = outs.get("fi") or outs.get("fla")
+    for key in ("dk", "fla"):
+        if key in outs and ref is not None and outs[key] is not ref:
+            row[f"relerr_o_{key}"] = rel(outs[key][0], ref[0])
+            row[f"relerr_s_{key}"] = rel(outs[key][1], ref[1])
+    del pool_vk
+    torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------ prefill
+PREFILL = {
+    "tp1": ("prefill 27B-TP1 16/48 1x8192", 16, 48, [8192]),
+    "tp2": ("prefill 27B-TP2 8/24 1x8192", 8, 24, [8192]),
+    "9b8": ("prefill 9B 16/32 8x8192", 16, 32, [8192] * 8),
+    "9b64k": ("prefill 9B 16/32 1x65536", 16, 32, [65536]),
+}
+
+
+def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, over=None):
+    """deltakit chunk prefill: the 7 launches of src/ops/gdr/chunk_prefill.rs (precomputed gating, l2 norm,
+    initial state from the slots), workspace allocated once."""
+    nt = t // 64 + n
+    dev = q.device
+    ws = dict(coff=torch.empty(n + 1, device=dev, dtype=torch.int32), cseq=torch.empty(nt, device=dev, dtype=torch.int32),
+              gcum=torch.empty(t * hv, device=dev), betaw=torch.empty(t * hv, device=dev),
+              A=torch.empty(t * hv * 64, device=dev), w=torch.empty(t * hv * K, device=dev),
+              u=torch.empty(t * hv * V, device=dev), h=torch.empty(nt * hv * K * V, device=dev, dtype=torch.bfloat16))
+    over = over or {}
+
+    def e(name):
+        ent = dict(ents[name])
+        if name in over:
+            ent["constexprs"] = {**ent.get("constexprs", {}), **over[name]}
+        return ent
+    opt = lambda name: dict(num_warps=e(name)["num_warps"], num_stages=e(name)["num_stages"], **e(name).get("constexprs", {}))  # noqa: E731
+    ns = pool.shape[0]
+    iters = max(1, int(n).bit_length())
+    a_dummy = q  # fused = 0: a/b/A_log/dt_bias unused (bf16 / f32 pointers of any live buffer)
+
+    def stages(which="mpso"):
+        if "m" in which:
+            cp.gdr_chunk_offsets_kernel[(1,)](cu, ws["coff"], n, t, nt, **opt("gdr_chunk_offsets"))
+            cp.gdr_chunk_map_kernel[((nt + 127) // 128,)](ws["coff"], ws["cseq"], n, nt, iters, **opt("gdr_chunk_map"))
+        if "p" in which:
+            cp.gdr_chunk_kkt_kernel[(nt, hv)](k, glog, beta, a_dummy, a_dummy, glog, glog, cu, slots, ws["coff"], ws["cseq"],
+                                              ws["gcum"], ws["betaw"], ws["A"], t, ns, hk, hv, hk * K, hv, 1, 0,
+                                              **opt("gdr_chunk_kkt_k128"))
+            cp.gdr_chunk_solve_kernel[(nt, hv)](ws["A"], cu, slots, ws["coff"], ws["cseq"], t, ns, hv,
+                                                **opt("gdr_chunk_solve"))
+            cp.gdr_chunk_wu_kernel[(nt, hv)](k, v, ws["betaw"], ws["gcum"], ws["A"], ws["w"], ws["u"], cu, slots, ws["coff"],
+                                             ws["cseq"], t, ns, hk, hv, hk * K, hv * V, 1, **opt("gdr_chunk_wu_k128v128"))
+        if "s" in which:
+            bv = e("gdr_chunk_state_k128v128")["constexprs"]["BV"]
+            cp.gdr_chunk_state_kernel[(n, hv, V // bv)](k, ws["w"], ws["u"], ws["gcum"], ws["h"], pool, cu, slots, slots,
+                                                        ws["coff"], t, ns, hk, hv, hk * K, 1, 1,
+                                                        **opt("gdr_chunk_state_k128v128"))
+        if "o" in which:
+            bvo = e("gdr_chunk_out_k128v128")["constexprs"]["BV"]
+            cp.gdr_chunk_out_kernel[(nt, hv, V // bvo)](q, k, ws["u"], ws["gcum"], ws["h"], o, cu, slots, ws["coff"],
+                                                        ws["cseq"], t, ns, hk, hv, hk * K, hk * K, 1, K ** -0.5,
+                                                        **opt("gdr_chunk_out_k128v128"))
+    return stages
+
+
+def prefill_row(libs, chunk, key, name, hk, hv, lens):
+    row = {"kind": "prefill", "case": name}
+    RES["rows"].append(row)
+    t, n = sum(lens), len(lens)
+    flop = 4.0 * t * hv * K * V
+    tf = lambda ms: flop / (ms * 1e-3) / 1e12  # noqa: E731
+    g = torch.Generator(device=DEV).manual_seed(t + hv)
+    rn = lambda *s: torch.randn(*s, device=DEV, generator=g)  # noqa: E731
+    q, k, v = rn(t, hk, K).bfloat16(), rn(t, hk, K).bfloat16(), rn(t, hv, V).bfloat16()
+    glog = F.logsigmoid(rn(t, hv)).contiguous()
+    alpha = glog.exp().contiguous()
+    beta32 = torch.sigmoid(rn(t, hv)).bfloat16().float().contiguous()
+    P = 2 * n + 1
+    slots = torch.randperm(P, device=DEV, generator=g)[:n].to(torch.int32)
+    pool_vk = (0.05 * rn(P, hv, V, K)).contiguous()
+    cu_l = [0]
+    for L in lens:
+        cu_l.append(cu_l[-1] + L)
+    cu32 = torch.tensor(cu_l, device=DEV, dtype=torch.int32)
+    outs = {}
+    if chunk is not None:
+        cp, ents = chunk
+        pool = pool_vk.transpose(-1, -2).contiguous()
+        o = torch.empty(t, hv, V, device=DEV, dtype=torch.bfloat16)
+        r = row.setdefault("dk", {})
+        try:
+            st = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t)
+            t1 = time.time()
+            st()
+            torch.cuda.synchronize()
+            r["first_s"] = round(time.time() - t1, 1)
+            outs["dk"] = (o.clone(), pool[slots.long()].transpose(-1, -2).clone())
+            r["ms"] = gpu_ms(st)
+            r["TFLOPs"] = tf(r["ms"])
+            for s_ in "mpso":
+                r[f"stage_{s_}_ms"] = gpu_ms(lambda s_=s_: st(s_), reps=10)
+            if ARGS.prefill_variants:
+                for vn, ov in (("state_bv64", {"gdr_chunk_state_k128v128": {"BV": 64}}),
+                               ("state_bv16", {"gdr_chunk_state_k128v128": {"BV": 16}}),
+                               ("out_bv128", {"gdr_chunk_out_k128v128": {"BV": 128}})):
+                    rv = row.setdefault("dk:" + vn, {})
+                    try:
+                        pool.copy_(pool_vk.transpose(-1, -2))
+                        o.fill_(float("nan"))
+                        sv = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t, ov)
+                        sv()
+                        torch.cuda.synchronize()
+                        rv["relerr_o_vs_dk"] = rel(o, outs["dk"][0])
+                        rv["relerr_s_vs_dk"] = rel(pool[slots.long()].transpose(-1, -2), outs["dk"][1])
+                        rv["ms"] = gpu_ms(sv)
+                        stage = "s" if vn.startswith("state") else "o"
+                        rv[f"stage_{stage}_ms"] = gpu_ms(lambda: sv(stage), reps=10)
+                    except Exception as e:  # noqa: BLE001
+                        rv["error"] = err_text(e)
+        except Exception as e:  # noqa: BLE001
+            r["error"] = err_text(e)
+            print(traceback.format_exc()[-2000:], file=sys.stderr)
+        del pool
+    if "fi_prefill" in libs:
+        fi = libs["fi_prefill"]
+        pool = pool_vk.clone()
+        o = torch.empty(t, hv, V, device=DEV, dtype=torch.bfloat16)
+        r = row.setdefault("fi", {})
+        call = lambda: fi(q, k, v, alpha, beta32, None, initial_state=pool, output_final_state=True,  # noqa: E731
+                          cu_seqlens=cu32, use_qk_l2norm_in_kernel=True, output=o, output_state=pool,
+                          state_indices=slots, max_seqlen=max(lens), use_cp="auto")
+        try:
+            t1 = time.time()
+            call()
+            torch.cuda.synchronize()
+            r["first_s"] = round(time.time() - t1, 1)
+            outs["fi"] = (o.clone(), pool[slots.long()].clone())
+            r["ms"] = gpu_ms(call)
+            r["TFLOPs"] = tf(r["ms"])
+        except Exception as e:  # noqa: BLE001
+            r["error"] = err_text(e)
+        del pool
+    if "fla_prefill" in libs and key in ARGS.fla_prefill.split(",") and elapsed() < ARGS.budget_s * 0.8:
+        fla = libs["fla_prefill"]
+        h0 = pool_vk[slots.long()].contiguous()
+        kw = dict(output_final_state=True, cu_seqlens=cu32.long(), cu_seqlens_cpu=torch.tensor(cu_l),
+                  use_qk_l2norm_in_kernel=True, state_v_first=True)
+        bb = beta32.bfloat16()
+        r = row.setdefault("fla_kernel", {})
+        try:
+            t1 = time.time()
+            o2, ht = fla(q[None], k[None], v[None], glog[None], bb[None], initial_state=h0, **kw)
+            torch.cuda.synchronize()
+            r["first_s"] = round(time.time() - t1, 1)
+            outs["fla"] = (o2[0].clone(), ht.clone())
+            r["ms"] = gpu_ms(lambda: fla(q[None], k[None], v[None], glog[None], bb[None], initial_state=h0, **kw))
+            r["TFLOPs"] = tf(r["ms"])
+        except Exception as e:  # noqa: BLE001
+            r["error"] = err_text(e)
+    ref = outs.get("fi") or outs.get("fla")
+    if "dk" in outs and ref is not None:
+        row["relerr_o_dk"] = rel(outs["dk"][0], ref[0])
+        row["relerr_s_dk"] = rel(outs["dk"][1], ref[1])
+    torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------ table
+def table():
+    notes = []
+    lines = ["| case | deltakit | FlashInfer | FLA (kernel) | dk/FI | dk/FLA | relerr o / S (dk vs FI) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in RES["rows"]:
+        if row["kind"] == "prefill":
+            f = lambda r: f"{r['ms']:.3f} ms ({r['TFLOPs']:.1f})" if "ms" in r else r.get("error", "-")[:40]  # noqa: E731
+            dk, fi, fl = row.get("dk", {}), row.get("fi", {}), row.get("fla_kernel", {})
+            sp = lambda x: f"{x['ms'] / dk['ms']:.2f}x" if "ms" in x and "ms" in dk else "-"  # noqa: E731
+            er = f"{row.get('relerr_o_dk', float('nan')):.1e} / {row.get('relerr_s_dk', float('nan')):.1e}"
+            lines.append(f"| {row['case']} | {f(dk)} | {f(fi)} | {f(fl)} | {sp(fi)} | {sp(fl)} | {er} |")
+            st_ = " ".join(f"{s_}={dk[f'stage_{s_}_ms'] * 1e3:.0f}us" for s_ in "mpso" if f"stage_{s_}_ms" in dk)
+            vs = " ".join(f"{k_[3:]}: {row[k_].get('ms', 0) * 1e3:.0f}us (err o {row[k_].get('relerr_o_vs_dk', -1):.1e})"
+                          for k_ in row if k_.startswith("dk:"))
+            notes.append(f"{row['case']}: deltakit stages (map, WY prep kkt+solve+wu, state, out) {st_}; {vs}")
+        else:
+            for mode in ("warm", "cold"):
+                f = lambda r: (f"{r[mode + '_TBps']:.2f} ({r[mode + '_ms'] * 1e3:.1f} us)"  # noqa: E731
+                               if mode + "_ms" in r else r.get("error", "-")[:40])
+                dk, fi, fl = row.get("dk", {}), row.get("fi", {}), row.get("fla_kernel", {})
+                sp = lambda x: (f"{x[mode + '_ms'] / dk[mode + '_ms']:.2f}x"  # noqa: E731
+                                if mode + "_ms" in x and mode + "_ms" in dk else "-")
+                er = f"{row.get('relerr_o_dk', float('nan')):.1e} / {row.get('relerr_s_dk', float('nan')):.1e}"
+                lines.append(f"| {row['case']} {mode} | {f(dk)} | {f(fi)} | {f(fl)} | {sp(fi)} | {sp(fl)} | {er} |")
+    out = "\n".join(lines)
+    out += "\nprefill: GPU ms (nominal TFLOP/s); decode: f32 state TB/s (GPU us); ratios = anchor time / deltakit time"
+    if notes:
+        out += "\n" + "\n".join(notes)
+    sweep = []
+    for row in RES["rows"]:
+        ks = [k_ for k_ in row if k_.startswith("dk:") and row["kind"] == "decode"]
+        if ks:
+            best = {m: min(ks, key=lambda k_: row[k_].get(m + "_ms", 1e9)) for m in ("warm", "cold")}
+            sweep.append(f"{row['case']}: dk {row['dk'].get('cold_ms', 0) * 1e3:.1f}/{row['dk'].get('warm_ms', 0) * 1e3:.1f} us"
+                         f" cold/warm; best cold {best['cold']} {row[best['cold']].get('cold_ms', 0) * 1e3:.1f} us,"
+                         f" best warm {best['warm']} {row[best['warm']].get('warm_ms', 0) * 1e3:.1f} us; all cold us: " +
+                         " ".join(f"{k_[3:]}={row[k_].get('cold_ms', 0) * 1e3:.1f}" for k_ in ks))
+    if sweep:
+        out += "\ndecode tile sweep (same harness):\n" + "\n".join(sweep)
+    return out
+
+
+def main():
+    torch.set_grad_enabled(False)
+    libs = load_anchors()
+    dk = None
+    if "dk" in LIBS:
+        try:
+            dk = DkDecode(ARGS.lib)
+        except Exception as e:  # noqa: BLE001
+            RES["meta"]["dk_decode_error"] = err_text(e)
+    chunk = load_chunk_module() if "dk" in LIBS else None
+    print(json.dumps(RES["meta"]), flush=True)
+    only = [s for s in ARGS.only.split(",") if s]
+    jobs = []
+    if not ARGS.skip_decode:
+        for tp, hk, hv in (("TP1", 16, 48), ("TP2", 8, 24)):
+            for b in (1, 16, 64, 256):
+                jobs.append(("decode", f"decode 27B-{tp} {hk}/{hv} B={b}", (hk, hv, b)))
+    if not ARGS.skip_prefill:
+        for key in ARGS.prefill.split(","):
+            c = PREFILL[key]
+            jobs.append(("prefill", c[0], (key,) + c[1:]))
+    for kind, name, a in jobs:
+        if only and not any(s in name for s in only):
+            continue
+        if elapsed() > ARGS.budget_s:
+            RES["rows"].append({"kind": kind, "case": name, "skipped": "budget"})
+            continue
+        t1 = time.time()
+        try:
+            if kind == "decode":
+                decode_row(libs, dk, name, *a)
+            else:
+                prefill_row(libs, chunk, a[0], name, *a[1:])
+        except Exception as e:  # noqa: BLE001
+            RES["rows"].append({"kind": kind, "case": name, "error": err_text(e)})
+            print(traceback.format_exc()[-2000:], file=sys.stderr)
+        print(f"[{elapsed():6.1f}s] {name} ({time.time() - t1:.1f}s)", file=sys.stderr, flush=True)
+        save()
+    RES["rows"] = [r for r in RES["rows"] if "skipped" not in r] + [r for r in RES["rows"] if "skipped" in r]
+    save()
+    print(table())
+
+
+if __name__ == "__main__":
+    main()

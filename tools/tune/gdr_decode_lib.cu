@@ -1,0 +1,178 @@
+// gdr.decode as a shared library for the Python three-way harness (tools/bench_anchors_gdr.py):
+// the library's own dk_gdr_decode (the default dispatch, from csrc/gdr/decode.cu) plus
+// dk_tune_gdr_decode_cfg(params, cfg, stream), which launches one fixed tile configuration (K = V =
+// 128 only) so that configurations are compared in the same process and harness as FlashInfer / FLA.
+// Not part of the library build (build.rs compiles csrc/ only). Build (any host with nvcc):
+//   nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
+//     -Icsrc/include -o libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
+#include "../../csrc/gdr/decode.cu"
+
+namespace gdr_decode_impl {
+
+// Persistent streaming variant: gridDim.x CTAs walk the (row, head, V tile) tiles with stride
+// gridDim.x; while a tile is processed and stored, the next tile's state is already in flight
+// into shared memory (cp.async, 16 bytes per copy, each thread copies exactly the float4 rows it
+// owns, so no CTA barrier guards the buffer), keeping every SM's loads busy across tiles instead
+// of in CTA-sized waves. One barrier per tile protects the reduction buffers reused across tiles.
+template <int K, int V, int BV, int NW, bool L2>
+__global__ void __launch_bounds__(NW * 32, 1) decode_stream_kernel(const Args p, int64_t num_tiles) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
+  __shared__ Smem<K, BV, NW> sm;
+  __shared__ __align__(16) float4 pre[R][NW * 32];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+  const int64_t out_row = p.h_v * V;
+
+  // Issues the copies of tile `tile`'s state rows of this thread into pre[][threadIdx.x];
+  // returns false (no copy) for a padding row.
+  auto prefetch = [&](int64_t tile) -> bool {
+    if (tile >= num_tiles) return false;
+    const int vb = static_cast<int>(tile % NVB);
+    const int64_t rest = tile / NVB;
+    const int64_t hv = rest % p.h_v;
+    const int64_t n = rest / p.h_v;
+    const int32_t slot = p.slots[n];
+    if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) return false;
+    const float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) +
+                      vb * BV + cg * 4;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&pre[i][threadIdx.x]));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                   "l"(st + static_cast<int64_t>(kt + i * KT) * V));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    return true;
+  };
+
+  int64_t tile = blockIdx.x;
+  bool have = prefetch(tile);
+  for (; tile < num_tiles; tile += gridDim.x) {
+    const int vb = static_cast<int>(tile % NVB);
+    const int64_t rest = tile / NVB;
+    const int64_t hv = rest % p.h_v;
+    const int64_t n = rest / p.h_v;
+    const int col0 = vb * BV + cg * 4;
+    const int32_t slot = p.slots[n];
+    const bool live = slot >= 0 && static_cast<int64_t>(slot) < p.num_slots;
+    float4 s[R];
+    if (have) {
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+#pragma unroll
+      for (int i = 0; i < R; ++i) s[i] = pre[i][threadIdx.x];
+    }
+    __syncthreads();  // every warp is done with the previous tile's reduction buffers
+    have = prefetch(tile + gridDim.x);
+    if (!live) {
+      if (kt == 0) {
+        for (int64_t t = 0; t < p.t; ++t) {
+          store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+        }
+      }
+      continue;
+    }
+    run_tokens<K, V, BV, NW, L2>(p, n, hv, col0, s, sm);
+    float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// Launches the persistent streaming kernel with as many CTAs as fit on the device at once (at
+// most one per tile).
+template <int K, int V, int BV, int NW>
+dk_status launch_stream(const Args& a, bool l2, cudaStream_t stream) {
+  const int64_t tiles = a.n * a.h_v * (V / BV);
+  if (tiles == 0) return DK_OK;
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return dk::launch_status();
+  cudaError_t e = l2 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_stream_kernel<K, V, BV, NW, true>, NW * 32, 0)
+                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_stream_kernel<K, V, BV, NW, false>, NW * 32, 0);
+  if (e != cudaSuccess) return dk::launch_status();
+  const int64_t grid = tiles < static_cast<int64_t>(sms) * per_sm ? tiles : static_cast<int64_t>(sms) * per_sm;
+  if (l2) {
+    decode_stream_kernel<K, V, BV, NW, true><<<static_cast<unsigned>(grid), NW * 32, 0, stream>>>(a, tiles);
+  } else {
+    decode_stream_kernel<K, V, BV, NW, false><<<static_cast<unsigned>(grid), NW * 32, 0, stream>>>(a, tiles);
+  }
+  return dk::launch_status();
+}
+
+}  // namespace gdr_decode_impl
+
+namespace {
+using namespace gdr_decode_impl;
+typedef dk_status (*LaunchFn)(const Args&, bool, cudaStream_t);
+struct Cfg {
+  const char* name;
+  LaunchFn fn;
+};
+const Cfg kCfgs[] = {
+    {"bv16_nw1", launch_cfg<128, 128, 16, 1>},
+    {"bv16_nw2", launch_cfg<128, 128, 16, 2>},
+    {"bv16_nw4", launch_cfg<128, 128, 16, 4>},
+    {"bv32_nw1", launch_cfg<128, 128, 32, 1>},
+    {"bv32_nw2", launch_cfg<128, 128, 32, 2>},
+    {"bv32_nw4", launch_cfg<128, 128, 32, 4>},
+    {"bv32_nw8", launch_cfg<128, 128, 32, 8>},
+    {"bv64_nw2", launch_cfg<128, 128, 64, 2>},
+    {"bv64_nw4", launch_cfg<128, 128, 64, 4>},
+    {"bv64_nw8", launch_cfg<128, 128, 64, 8>},
+    {"bv64_nw2_ld2", launch_cfg<128, 128, 64, 2, 2>},
+    {"bv128_nw4", launch_cfg<128, 128, 128, 4>},
+    {"bv128_nw8", launch_cfg<128, 128, 128, 8>},
+    {"bv128_nw4_m3", launch_cfg<128, 128, 128, 4, 0, 0, 3>},
+    {"bv128_nw8_m2", launch_cfg<128, 128, 128, 8, 0, 0, 2>},
+    {"bv64_nw4_m3", launch_cfg<128, 128, 64, 4, 0, 0, 3>},
+    {"bv64_nw2_m5", launch_cfg<128, 128, 64, 2, 0, 0, 5>},
+    {"bv32_nw2_m8", launch_cfg<128, 128, 32, 2, 0, 0, 8>},
+    {"bv32_nw4_m4", launch_cfg<128, 128, 32, 4, 0, 0, 4>},
+    {"stream_bv16_nw1", launch_stream<128, 128, 16, 1>},
+    {"stream_bv32_nw2", launch_stream<128, 128, 32, 2>},
+    {"stream_bv32_nw4", launch_stream<128, 128, 32, 4>},
+    {"stream_bv64_nw2", launch_stream<128, 128, 64, 2>},
+    {"stream_bv64_nw4", launch_stream<128, 128, 64, 4>},
+};
+const int kNumCfgs = sizeof(kCfgs) / sizeof(kCfgs[0]);
+}  // namespace
+
+extern "C" int dk_tune_gdr_decode_num_cfgs() { return kNumCfgs; }
+extern "C" const char* dk_tune_gdr_decode_cfg_name(int i) {
+  return (i >= 0 && i < kNumCfgs) ? kCfgs[i].name : "";
+}
+
+// Same argument contract as dk_gdr_decode, restricted to K = V = 128.
+extern "C" dk_status dk_tune_gdr_decode_cfg(const DkGdrDecodeParams* p, int cfg, dk_stream_t stream) {
+  if (p == nullptr || cfg < 0 || cfg >= kNumCfgs || p->k_dim != 128 || p->v_dim != 128) return DK_ERR_INVALID_ARGUMENT;
+  Args a;
+  a.q = reinterpret_cast<const __nv_bfloat16*>(p->q);
+  a.k = reinterpret_cast<const __nv_bfloat16*>(p->k);
+  a.v = reinterpret_cast<const __nv_bfloat16*>(p->v);
+  a.a = reinterpret_cast<const __nv_bfloat16*>(p->a);
+  a.b = reinterpret_cast<const __nv_bfloat16*>(p->b);
+  a.a_log = reinterpret_cast<const float*>(p->a_log);
+  a.dt_bias = reinterpret_cast<const float*>(p->dt_bias);
+  a.slots = reinterpret_cast<const int32_t*>(p->slots);
+  a.state = reinterpret_cast<float*>(p->state);
+  a.out = reinterpret_cast<__nv_bfloat16*>(p->out);
+  a.n = p->n;
+  a.t = p->t;
+  a.h_k = p->h_k;
+  a.h_v = p->h_v;
+  a.num_slots = p->num_slots;
+  a.q_stride = p->q_stride;
+  a.k_stride = p->k_stride;
+  a.v_stride = p->v_stride;
+  a.ab_stride = p->ab_stride;
+  a.scale = p->scale;
+  return kCfgs[cfg].fn(a, p->use_qk_l2norm != 0, static_cast<cudaStream_t>(stream));
+}
