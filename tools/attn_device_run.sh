@@ -22,8 +22,8 @@ import json, sys
 for l in open(sys.argv[1]):
     try: m = json.loads(l)
     except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "attn" and m["package_id"].split("#")[0].rstrip("/").endswith("/work/main") and sys.argv[2] in m["target"]["kind"]:
-        print(m["executable"])' "$json" "$kind" | tail -1)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "attn" and m["package_id"].split("#")[0].rstrip("/").endswith(sys.argv[3]) and sys.argv[2] in m["target"]["kind"]:
+        print(m["executable"])' "$json" "$kind" "$(pwd)" | tail -1)
     [[ -n "$exe" ]] || { echo "no $kind binary"; exit 1; }
     cp "$exe" "$kit/attn_$kind"
     strip --strip-debug "$kit/attn_$kind"
