@@ -106,7 +106,7 @@ struct ModelArgs {
 #[derive(Args)]
 struct GenerateArgs {
     /// Model directory (config.json, *.safetensors, tokenizer.json). Default: the bundled tiny
-    /// model (tests/fixtures/tiny-causal, or $DELTAKIT_MODEL_DIR).
+    /// model (tests/fixtures/tiny-trained, or $DELTAKIT_MODEL_DIR).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Prompt text; repeat for a batch.
@@ -172,7 +172,7 @@ enum TemplateArg {
 #[derive(Args)]
 struct EvalMcArgs {
     /// Model directory (config.json, *.safetensors, tokenizer.json). Default: the bundled tiny
-    /// model (tests/fixtures/tiny-causal, or $DELTAKIT_MODEL_DIR).
+    /// model (tests/fixtures/tiny-trained, or $DELTAKIT_MODEL_DIR).
     #[arg(long)]
     model: Option<PathBuf>,
     /// JSONL items: {"id", "question", "options": [4..10 strings], "answer": "B" | "answer_index": 1}.

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One device call for the engine (tensor parallelism, CUDA graphs, device sampling, dummy
+# weights on the device, the trained fixture's CUDA gate): run on the GPU host from the repository
+# root with `.gpu` (tools/gpu-bundle) carried. Logs go to $OUT (4 files); a summary prints last.
+#
+#   tools/engine_device_run.sh [tests] [bench] [memcheck]     (default: all three)
+#
+#   tests     graph_cuda (graph == eager, join/leave, padding, device sampler), golden_cuda (HF
+#             fixtures incl. tiny-trained, TP=1 through the executor + NCCL), init_dummy and the
+#             engine's dummy_init::device_equals_host
+#   bench     `deltakit bench` (dummy weights, prompt 512, 64 new tokens): 9B / 27B, batch 1 / 16
+#             / 64, graphs vs --no-graphs, 27B through the executor (--devices 0, NCCL TP=1)
+#   memcheck  compute-sanitizer memcheck over graph_cuda's padded-rows test (graph replay)
+set -uo pipefail
+out="${OUT:-/tmp/engine-run}"
+mkdir -p "$out"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests bench memcheck)
+summary=()
+t_start=$(date +%s)
+
+tests() {
+  local f="$out/tests.log"
+  : >"$f"
+  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" \
+           "init_dummy -- --nocapture" "deltakit_engine -- dummy_init"; do
+    local t0; t0=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout 240 .gpu/run $t >>"$f" 2>&1
+    local rc=$?
+    summary+=("test ${t%% *}: rc $rc, $(( $(date +%s) - t0 ))s, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$f" | tail -n 1)")
+  done
+}
+
+bench() {
+  local f="$out/bench.log"
+  : >"$f"
+  local runs=(
+    "9b 1 graphs" "9b 1 --no-graphs" "9b 16 graphs" "9b 16 --no-graphs" "9b 64 graphs"
+    "27b 1 graphs" "27b 1 --no-graphs" "27b 16 graphs" "27b 64 graphs" "27b 1 executor"
+  )
+  for r in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    local model=$1 batch=$2 mode=$3 extra=()
+    [ "$mode" = "--no-graphs" ] && extra=(--no-graphs)
+    [ "$mode" = "executor" ] && extra=(--devices 0)
+    echo "=== $r" >>"$f"
+    local t0; t0=$(date +%s)
+    timeout 150 .gpu/run --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" \
+      --load-format dummy --batch "$batch" --prompt-len 512 --gen-len 64 "${extra[@]}" >>"$f" 2>&1
+    local rc=$?
+    local line; line=$(grep -E '^prefill' "$f" | tail -n 1)
+    local head; head=$(grep -E '^bench' "$f" | tail -n 1 | grep -Eo 'device [^|]*\| |load [0-9.]+s')
+    summary+=("bench $r: rc $rc, $(( $(date +%s) - t0 ))s | ${head//$'\n'/ } | $line")
+    if [ "$mode" = executor ]; then
+      while IFS= read -r l; do summary+=("  $l"); done < <(grep -E '^rank|^process' "$f" | tail -n 2)
+    fi
+  done
+}
+
+memcheck() {
+  local f="$out/memcheck.log"
+  timeout 200 .gpu/run --wrap "compute-sanitizer --tool memcheck --error-exitcode 9" graph_cuda \
+    -- padded_rows --test-threads=1 >"$f" 2>&1
+  summary+=("memcheck graph_cuda padded_rows: rc $?, $(grep -hE 'ERROR SUMMARY' "$f" | tail -n 1) | $(tail -n 1 "$f")")
+}
+
+for s in "${steps[@]}"; do
+  case "$s" in
+    tests) tests ;;
+    bench) bench ;;
+    memcheck) memcheck ;;
+    *) echo "unknown step $s" >&2; exit 2 ;;
+  esac
+done
+nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader >"$out/gpu.txt" 2>&1
+echo "==== engine device run ($(( $(date +%s) - t_start ))s; logs in $out)"
+printf '%s\n' "${summary[@]}"
