@@ -116,6 +116,14 @@ impl Engine {
         self.runner.config()
     }
 
+    /// Per-op-family GPU timing of decode steps, see [`StepRunner::profile`].
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn profile(&mut self, on: Option<bool>) -> Result<Option<Vec<(&'static str, f64)>>> {
+        self.runner.profile(on)
+    }
+
     /// Per-rank weight and state memory.
     #[must_use]
     pub fn rank_reports(&self) -> Vec<RankReport> {

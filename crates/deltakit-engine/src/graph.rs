@@ -34,7 +34,7 @@ use std::collections::HashMap;
 
 use deltakit::cudarc::driver::CudaGraph;
 
-use crate::backend::cuda::{CudaBackend, SampleMode, STATIC_TOPK};
+use crate::backend::cuda::{CudaBackend, SampleMode, OP_FAMILIES, STATIC_TOPK};
 use crate::backend::{StepBatch, StepKind};
 use crate::capacity::{capture_buckets, graph_bucket};
 use crate::config::ModelConfig;
@@ -66,6 +66,8 @@ pub struct CudaDecodeRunner {
     vocab_local: usize,
     /// Why graphs were turned off at start-up, if they were.
     disabled_reason: Option<String>,
+    /// Op timing on: decode runs eagerly.
+    profiling: bool,
 }
 
 impl CudaDecodeRunner {
@@ -86,6 +88,7 @@ impl CudaDecodeRunner {
             max_context: cache.max_context,
             vocab_local: cfg.vocab_size / tp.max(1),
             disabled_reason: None,
+            profiling: false,
             rank,
         };
         if r.enabled {
@@ -218,10 +221,12 @@ impl StepRunner for CudaDecodeRunner {
         be.ensure_static(bucket, self.max_pages, self.max_context, self.vocab_local)?;
         let (pids, pb) = be.stage_decode(bucket, ids, batch, rows)?;
         let res = match self.graphs.get(&(bucket, mode)) {
-            Some(g) if self.enabled => g.launch().map_err(|e| EngineError::Backend {
-                backend: "cuda",
-                msg: format!("graph replay of bucket {bucket}: {e}"),
-            }),
+            Some(g) if self.enabled && !self.profiling => {
+                g.launch().map_err(|e| EngineError::Backend {
+                    backend: "cuda",
+                    msg: format!("graph replay of bucket {bucket}: {e}"),
+                })
+            }
             _ => self.forward_and_sample(&pids, &pb, mode),
         };
         let out = res.and_then(|()| self.rank.backend().read_static(rows, mode));
@@ -231,6 +236,16 @@ impl StepRunner for CudaDecodeRunner {
 
     fn reset_slot(&mut self, slot: usize) -> Result<()> {
         self.rank.reset_slot(slot)
+    }
+
+    fn profile(&mut self, on: Option<bool>) -> Result<Option<Vec<(&'static str, f64)>>> {
+        if let Some(on) = on {
+            self.profiling = on;
+            self.rank.backend().set_profiling(on);
+            return Ok(Some(Vec::new()));
+        }
+        let ms = self.rank.backend().take_profile()?;
+        Ok(Some(OP_FAMILIES.iter().copied().zip(ms).collect()))
     }
 
     fn config(&self) -> &ModelConfig {

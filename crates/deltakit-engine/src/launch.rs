@@ -174,8 +174,57 @@ pub mod cuda {
     use crate::shard::ShardPlan;
     use crate::state::CacheConfig;
 
+    /// Size the pools for the free memory of `devices` (one per rank): the capacity plan
+    /// ([`crate::capacity::plan`]) gives the effective maximum batch, the minimum over ranks,
+    /// with each candidate's own graph-bucket reserve. Fewer slots than `cache.max_seqs` fit:
+    /// a warning and a smaller cache (requests beyond it wait for a free slot); not even one
+    /// sequence fits: [`EngineError::Capacity`] before any weight is loaded. Free memory is
+    /// read now, less a margin of 1 GiB or 3%, whichever is larger; prefill activations are
+    /// sized for 2048-token chunks (the scheduler's default).
+    fn plan_cache(
+        cfg: &crate::config::ModelConfig,
+        cache: CacheConfig,
+        devices: &[usize],
+        graphs: &GraphOptions,
+    ) -> Result<CacheConfig> {
+        use crate::capacity::{plan, rank_bytes, static_input_row_bytes};
+        let tp = devices.len();
+        let bytes = rank_bytes(cfg, &cache, 2048, tp)?;
+        let pages_per_seq = cache.max_context.div_ceil(cache.page_size) as u64;
+        // Static decode buffers per bucket row: inputs, sampling parameters and outputs, and the
+        // bucket's copy of its logits rows (bf16, this rank's vocabulary slice).
+        let row = static_input_row_bytes(pages_per_seq)
+            + 40
+            + 8 * crate::backend::cuda::STATIC_TOPK as u64
+            + 2 * (cfg.vocab_size / tp) as u64 * if tp > 1 { 2 } else { 1 };
+        let per_graph = if graphs.enabled { 4 << 20 } else { 0 };
+        let mut budgets = Vec::with_capacity(tp);
+        for &d in devices {
+            let ctx = deltakit::try_context(d)
+                .ok_or_else(|| EngineError::Device(format!("cuda:{d}: no usable CUDA device")))?;
+            ctx.bind_to_thread().map_err(|e| EngineError::Device(format!("cuda:{d}: {e}")))?;
+            let (free, _) = deltakit::cudarc::driver::result::mem_get_info()
+                .map_err(|e| EngineError::Device(format!("cuda:{d}: cuMemGetInfo: {e}")))?;
+            let free = free as u64;
+            let margin = (1u64 << 30).max(free / 33);
+            budgets.push(bytes.budget(free.saturating_sub(margin), &cache, per_graph, row));
+        }
+        let buckets = if graphs.enabled { graphs.buckets.clone() } else { Vec::new() };
+        let p = plan(&budgets, cache.max_seqs, &buckets)?;
+        if p.max_batch < cache.max_seqs {
+            eprintln!(
+                "warning: capacity: {} sequences do not fit in device memory; running at most {} \
+                 at once (per-rank breakdown: {})",
+                cache.max_seqs, p.max_batch, p.ranks[0].breakdown
+            );
+            return Ok(CacheConfig::for_sequences(p.max_batch, cache.max_context, cache.page_size));
+        }
+        Ok(cache)
+    }
+
     /// A single-GPU engine on `cuda:ordinal` (no executor, no communicator), with decode
-    /// graphs per `graphs` ([`crate::graph::CudaDecodeRunner`]).
+    /// graphs per `graphs` ([`crate::graph::CudaDecodeRunner`]) and pools sized by the capacity
+    /// plan (at most `cache.max_seqs` sequences).
     ///
     /// # Errors
     /// Unsupported shapes (before any weight is read), device, load and allocation errors.
@@ -188,6 +237,7 @@ pub mod cuda {
     ) -> Result<Engine> {
         let cfg = src.config()?;
         CudaBackend::check_model(&cfg)?;
+        let cache = plan_cache(&cfg, cache, &[ordinal], graphs)?;
         let be = CudaBackend::new(ordinal)?;
         let model = Qwen35::load(&be, &cfg, src.open()?.as_mut(), progress)?;
         let runner = CudaDecodeRunner::new(Rank::new(be, model, cache)?, cache, graphs)?;
@@ -217,6 +267,7 @@ pub mod cuda {
         for r in 0..tp {
             CudaBackend::check_model(&ShardPlan::new(&cfg, tp, r)?.local_config(&cfg))?;
         }
+        let cache = plan_cache(&cfg, cache, devices, &opts.graphs)?;
         let id = NcclId::new()?;
         let devices = devices.to_vec();
         let (fault, progress, graphs) = (opts.fault.clone(), opts.progress, opts.graphs.clone());

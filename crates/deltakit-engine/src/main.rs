@@ -157,6 +157,11 @@ struct BenchArgs {
     /// Generated tokens per sequence.
     #[arg(long, default_value_t = 32, value_parser = positive_arg)]
     gen_len: usize,
+    /// After the run, time 16 more decode steps eagerly with CUDA events around every op and
+    /// print the step's time by op family (GEMM, GDN, attention, norms/elementwise, sampling,
+    /// collectives) and the host gap (CUDA backend, one device).
+    #[arg(long)]
+    breakdown: bool,
     #[command(flatten)]
     common: ModelArgs,
 }
@@ -634,6 +639,61 @@ fn run_bench(a: &BenchArgs, mut engine: Engine, t_load: Instant) -> Result<()> {
         stats.mean_ttft.as_secs_f64() * 1e3
     );
     print_rank_memory(&engine);
+    if a.breakdown {
+        breakdown(a, &mut engine, &requests)?;
+    }
+    Ok(())
+}
+
+/// `bench --breakdown`: prefill the bench's prompts again, then time up to 16 eager decode steps
+/// with per-op CUDA events; prints ms per step by op family and the host gap (wall time per step
+/// minus the GPU time of the ops).
+fn breakdown(a: &BenchArgs, engine: &mut Engine, requests: &[Request]) -> Result<()> {
+    use deltakit_engine::generate::{RowSampling, StepItem, Want};
+    if engine.profile(None)?.is_none() {
+        bail!("--breakdown needs the CUDA backend on one device (no --tp / --devices)");
+    }
+    let seqs: Vec<_> = requests.iter().map(|_| engine.add_sequence()).collect::<Result<_, _>>()?;
+    let items: Vec<StepItem<'_>> = seqs
+        .iter()
+        .zip(requests)
+        .map(|(&seq, r)| StepItem { seq, tokens: &r.prompt, want: Want::Last })
+        .collect();
+    engine.step(&items)?;
+    let steps = a.gen_len.saturating_sub(1).clamp(1, 16);
+    let rows: Vec<RowSampling> = (0..seqs.len())
+        .map(|_| RowSampling { temperature: 0.0, top_p: 1.0, seed: 0, counter: 0, topk: 0 })
+        .collect();
+    let mut toks: Vec<[u32; 1]> = requests.iter().map(|r| [r.prompt[0]]).collect();
+    engine.profile(Some(true))?;
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        let items: Vec<StepItem<'_>> = seqs
+            .iter()
+            .zip(&toks)
+            .map(|(&seq, t)| StepItem { seq, tokens: t, want: Want::Last })
+            .collect();
+        let out = engine.decode_sample(&items, &rows)?;
+        toks = out.iter().map(|s| [s.token]).collect();
+    }
+    let wall = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let fams = engine.profile(None)?.unwrap_or_default();
+    engine.profile(Some(false))?;
+    for s in seqs {
+        engine.end_sequence(s)?;
+    }
+    let gpu: f64 = fams.iter().map(|f| f.1).sum::<f64>() / steps as f64;
+    println!("breakdown (eager decode, batch {}, {steps} steps, CUDA events per op):", a.batch);
+    for (name, ms) in &fams {
+        let per = ms / steps as f64;
+        println!("  {name:<18} {per:8.3} ms/step  {:5.1}%", 100.0 * per / wall);
+    }
+    println!(
+        "  {:<18} {:8.3} ms/step  {:5.1}%   (wall {wall:.3} ms/step)",
+        "host gaps",
+        wall - gpu,
+        100.0 * (wall - gpu) / wall
+    );
     Ok(())
 }
 

@@ -126,6 +126,18 @@ pub trait StepRunner {
         logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
     }
 
+    /// Per-op-family GPU timing of decode steps (`deltakit bench --breakdown`): `Some(on)` turns
+    /// it on (decode then runs eagerly, CUDA events around every op) or off; `None` only reads.
+    /// Returns `(family, milliseconds)` accumulated since the previous call, or `None` where the
+    /// runner cannot time ops (the CPU backend, the multi-rank executor).
+    ///
+    /// # Errors
+    /// Device errors.
+    fn profile(&mut self, on: Option<bool>) -> Result<Option<Vec<(&'static str, f64)>>> {
+        let _ = on;
+        Ok(None)
+    }
+
     /// Zero GDN state slot `slot` on every rank (a new sequence starts from zero state).
     ///
     /// # Errors

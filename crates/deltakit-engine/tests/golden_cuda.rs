@@ -158,6 +158,7 @@ macro_rules! synthetic_tests {
             /// The CUDA backend vs the f32 CPU engine.
             #[test]
             fn cuda_vs_cpu_f32() {
+                let _gpu = golden_common::gpu_lock();
                 let Some(ctx) = deltakit::testing::gpu_or_skip(&gate("cuda")) else { return };
                 let (cfg, cases) = synthetic($base, $k, $v);
                 let mk = |seqs, page| cuda_engine(&ctx, &cfg, seqs, page);
@@ -222,6 +223,7 @@ macro_rules! fixture_tests {
             /// The CUDA backend vs HF f32 (the independent oracle), every arm.
             #[test]
             fn cuda_vs_hf_f32() {
+                let _gpu = golden_common::gpu_lock();
                 let Some(ctx) = deltakit::testing::gpu_or_skip(&format!("golden_cuda {}", $name))
                 else {
                     return;
@@ -242,6 +244,7 @@ macro_rules! fixture_tests {
             /// sequences and top-k ids, the f32 gate on HF f32's).
             #[test]
             fn cuda_vs_hf_bf16() {
+                let _gpu = golden_common::gpu_lock();
                 let Some(ctx) = deltakit::testing::gpu_or_skip(&format!("golden_cuda {}", $name))
                 else {
                     return;
@@ -267,6 +270,7 @@ macro_rules! fixture_tests {
             /// one-rank all-reduce and all-gather must not change a bit).
             #[test]
             fn cuda_tp1_executor_nccl() {
+                let _gpu = golden_common::gpu_lock();
                 let Some(ctx) = deltakit::testing::gpu_or_skip(&format!("golden_cuda {}", $name))
                 else {
                     return;
@@ -339,6 +343,7 @@ fn unsupported_head_dims_are_refused() {
 #[test]
 fn device_argmax_matches_host() {
     use deltakit_engine::backend::Backend;
+    let _gpu = golden_common::gpu_lock();
     let Some(ctx) = deltakit::testing::gpu_or_skip("golden_cuda device_argmax") else { return };
     let be = CudaBackend::from_context(ctx, 0).unwrap();
     let (rows, vocab) = (5usize, 1000usize);
@@ -411,6 +416,7 @@ fn tiny_trained_cpu_bf16_greedy_matches_hf_bf16() {
 /// of `fixture_tests!` check).
 #[test]
 fn tiny_trained_cuda_greedy_matches_hf_bf16() {
+    let _gpu = golden_common::gpu_lock();
     let Some(ctx) = deltakit::testing::gpu_or_skip("golden_cuda tiny-trained greedy") else {
         return;
     };

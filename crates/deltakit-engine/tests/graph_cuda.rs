@@ -39,8 +39,12 @@ fn cfg() -> ModelConfig {
     ModelConfig::parse(&root.to_string()).unwrap()
 }
 
-fn gpu() -> bool {
-    deltakit::testing::gpu_or_skip("graph_cuda").is_some()
+/// The GPU, serialized across this binary's tests (see `gpu_lock` in golden_common), or `None`
+/// (skip) without one.
+fn gpu() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = GPU.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    deltakit::testing::gpu_or_skip("graph_cuda").map(|_| g)
 }
 
 fn engine(seqs: usize, max_ctx: usize, graphs: bool) -> Engine {
@@ -120,9 +124,9 @@ fn compare(what: &str, got: &Out, want: &Out) -> f32 {
 /// 5, 13 rows run padded).
 #[test]
 fn graph_equals_eager_across_buckets() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     let vocab = cfg().vocab_size;
     let mut g = engine(16, 96, true);
     let mut e = engine(16, 96, false);
@@ -140,9 +144,9 @@ fn graph_equals_eager_across_buckets() {
 /// decode steps; each request's tokens equal a fresh engine's (reused slots start clean).
 #[test]
 fn rows_join_leave_and_reuse_slots() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     let vocab = cfg().vocab_size;
     let mut rng = StdRng::seed_from_u64(rand::random());
     let reqs = greedy(&mut rng, 10, vocab, 3);
@@ -158,9 +162,9 @@ fn rows_join_leave_and_reuse_slots() {
 /// A one-token prompt, and a prompt one token short of the context (finishes by context).
 #[test]
 fn one_token_prompt_and_full_context() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     let mut rng = StdRng::seed_from_u64(rand::random());
     let vocab = cfg().vocab_size as u32;
     let reqs = vec![
@@ -191,9 +195,9 @@ fn one_token_prompt_and_full_context() {
 /// same logits (eager, unpadded: the same kernels as the host engine's forward).
 #[test]
 fn device_sampling_equals_host_sampler() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     let vocab = cfg().vocab_size as u32;
     let mut rng = StdRng::seed_from_u64(rand::random());
     let reqs: Vec<Request> = (0..6)
@@ -231,9 +235,9 @@ fn device_sampling_equals_host_sampler() {
 #[test]
 #[allow(clippy::too_many_lines)] // one scenario: prefill, snapshot, padded decode, compare
 fn padded_rows_are_inert() {
-    if !gpu() {
+    let Some(_gpu) = gpu() else {
         return;
-    }
+    };
     let c = cfg();
     let (seqs, max_ctx, page) = (8usize, 64usize, 16usize);
     let cache = CacheConfig::for_sequences(seqs, max_ctx, page);

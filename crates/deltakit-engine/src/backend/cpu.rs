@@ -106,6 +106,196 @@ fn check_rows<T>(op: &str, what: &str, t: &CpuTensor<T>, rows: usize) -> Result<
     }
 }
 
+/// Split a tensor's columns into consecutive blocks of the given widths (copies).
+fn split_cols<T: Copy, const N: usize>(t: &CpuTensor<T>, widths: [usize; N]) -> [CpuTensor<T>; N] {
+    let mut off = 0;
+    widths.map(|w| {
+        let data = t
+            .data
+            .chunks_exact(t.cols.max(1))
+            .flat_map(|r| r[off..off + w].iter().copied())
+            .collect();
+        off += w;
+        CpuTensor::new(data, t.rows, w)
+    })
+}
+
+impl<T: Elem> Cpu<T> {
+    /// [`Backend::gdn_mix`] on the separate `qkv`, `z`, `b`, `a` projections.
+    #[allow(clippy::too_many_arguments)]
+    fn gdn_mix_parts(
+        qkv: &CpuTensor<T>,
+        z: &CpuTensor<T>,
+        b: &CpuTensor<T>,
+        a: &CpuTensor<T>,
+        w: &GdnMixWeights<CpuTensor<T>>,
+        dims: GdnDims,
+        batch: &StepBatch,
+        state: &mut CpuGdnState<T>,
+    ) -> Result<CpuTensor<T>> {
+        const OP: &str = "gdn_mix";
+        let t = batch.num_tokens();
+        let cd = dims.conv_dim();
+        check_cols(OP, "qkv", qkv, cd)?;
+        check_rows(OP, "qkv", qkv, t)?;
+        check_cols(OP, "z", z, dims.h_v * dims.v)?;
+        check_rows(OP, "z", z, t)?;
+        check_cols(OP, "a", a, dims.h_v)?;
+        check_cols(OP, "b", b, dims.h_v)?;
+        if state.dims != dims {
+            return Err(err(format!("{OP}: state dims {:?} != layer dims {dims:?}", state.dims)));
+        }
+        let cdims = conv1d::ConvDims { conv_dim: cd, width: dims.conv_kernel };
+        let mut conv_out = vec![T::default(); qkv.data.len()];
+        match batch.kind {
+            StepKind::Prefill => conv1d::prefill(
+                &qkv.data,
+                &w.conv_w.data,
+                None,
+                cdims,
+                Varlen::new(&batch.cu_seqlens, &batch.slots),
+                &mut state.conv,
+                &mut conv_out,
+            )?,
+            StepKind::Decode => conv1d::update(
+                &qkv.data,
+                &w.conv_w.data,
+                None,
+                cdims,
+                1,
+                &batch.slots,
+                &mut state.conv,
+                &mut conv_out,
+            )?,
+        }
+        // Split the conv output's channels into q | k | v (HF `torch.split` on the last dim).
+        let (kd, vd) = (dims.h_k * dims.k, dims.h_v * dims.v);
+        let mut q = Vec::with_capacity(t * kd);
+        let mut k = Vec::with_capacity(t * kd);
+        let mut v = Vec::with_capacity(t * vd);
+        for row in conv_out.chunks_exact(cd) {
+            q.extend_from_slice(&row[..kd]);
+            k.extend_from_slice(&row[kd..2 * kd]);
+            v.extend_from_slice(&row[2 * kd..]);
+        }
+        // HF: `g` in f32 from `a.float()`; `beta = b.sigmoid()` in the model dtype.
+        let mut g = vec![0.0; t * dims.h_v];
+        let mut beta = vec![0.0; t * dims.h_v];
+        gdr::gating(
+            &widen(&a.data),
+            &widen(&b.data),
+            &widen(&w.a_log.data),
+            &widen(&w.dt_bias.data),
+            &mut g,
+            &mut beta,
+        )?;
+        for x in &mut beta {
+            *x = T::round(*x);
+        }
+        let inp = gdr::GdrInputs { q: &q, k: &k, v: &v, g: &g, beta: &beta };
+        let gd = gdr::GdrDims { h_k: dims.h_k, h_v: dims.h_v, k: dims.k, v: dims.v };
+        let mut o = vec![T::default(); t * vd];
+        match batch.kind {
+            StepKind::Prefill => gdr::chunk_prefill(
+                &inp,
+                gd,
+                Varlen::new(&batch.cu_seqlens, &batch.slots),
+                gdr::GdrOptions::default(),
+                64,
+                &mut state.recurrent,
+                &mut o,
+            )?,
+            StepKind::Decode => gdr::decode(
+                &inp,
+                gd,
+                &batch.slots,
+                gdr::GdrOptions::default(),
+                &mut state.recurrent,
+                &mut o,
+            )?,
+        }
+        let mut out = vec![T::default(); t * vd];
+        norm::rms_norm_gated(&o, &z.data, &w.norm_w.data, dims.eps, &mut out)?;
+        Ok(CpuTensor::new(out, t, vd))
+    }
+
+    /// [`Backend::attention`] on the separate q (`[q | gate]` per head), k, v projections.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_parts(
+        q_proj: &CpuTensor<T>,
+        k: &CpuTensor<T>,
+        v: &CpuTensor<T>,
+        w: &AttnCoreWeights<CpuTensor<T>>,
+        dims: AttnDims,
+        batch: &StepBatch,
+        cache: &mut CpuKvCache<T>,
+    ) -> Result<CpuTensor<T>> {
+        const OP: &str = "attention";
+        let t = batch.num_tokens();
+        let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
+        check_cols(OP, "q_proj", q_proj, hq * 2 * hd)?;
+        check_rows(OP, "q_proj", q_proj, t)?;
+        check_cols(OP, "k", k, hkv * hd)?;
+        check_cols(OP, "v", v, hkv * hd)?;
+        let mut q = vec![T::default(); t * hq * hd];
+        let mut gate = vec![T::default(); t * hq * hd];
+        attn::split_q_gate(&q_proj.data, hq, hd, &mut q, &mut gate)?;
+        let mut qn = vec![T::default(); q.len()];
+        attn::qk_norm(&q, &w.q_norm.data, dims.eps, &mut qn)?;
+        let mut kn = vec![T::default(); k.data.len()];
+        attn::qk_norm(&k.data, &w.k_norm.data, dims.eps, &mut kn)?;
+        let rp =
+            attn::RopeParams { head_dim: hd, rotary_dim: dims.rotary_dim, theta: dims.rope_theta };
+        attn::rope_neox(&mut qn, hq, &batch.positions, rp)?;
+        attn::rope_neox(&mut kn, hkv, &batch.positions, rp)?;
+        let pages = attn::PageTable { table: &batch.page_table, max_pages: batch.max_pages };
+        let kvd = attn::KvDims { page_size: dims.page_size, n_kv_heads: hkv, head_dim: hd };
+        attn::write_kv(
+            &kn,
+            &v.data,
+            &batch.cu_seqlens,
+            &batch.ctx_lens,
+            pages,
+            kvd,
+            &mut cache.k,
+            &mut cache.v,
+        )?;
+        let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
+        let mut o = vec![T::default(); q.len()];
+        match batch.kind {
+            StepKind::Prefill => attn::prefill_paged(
+                &qn,
+                &cache.k,
+                &cache.v,
+                &batch.cu_seqlens,
+                &batch.ctx_lens,
+                pages,
+                dims.page_size,
+                ad,
+                None,
+                &mut o,
+            )?,
+            StepKind::Decode => {
+                let seq_lens: Vec<i32> = batch.ctx_lens.iter().map(|&c| c + 1).collect();
+                attn::decode_paged(
+                    &qn,
+                    &cache.k,
+                    &cache.v,
+                    &seq_lens,
+                    pages,
+                    dims.page_size,
+                    ad,
+                    None,
+                    &mut o,
+                )?;
+            }
+        }
+        let mut out = vec![T::default(); o.len()];
+        attn::output_gate(&o, &gate, &mut out)?;
+        Ok(CpuTensor::new(out, t, hq * hd))
+    }
+}
+
 impl<T: Elem> Backend for Cpu<T> {
     type Tensor = CpuTensor<T>;
     type GdnState = CpuGdnState<T>;
@@ -216,174 +406,31 @@ impl<T: Elem> Backend for Cpu<T> {
 
     fn gdn_mix(
         &self,
-        qkv: &CpuTensor<T>,
+        proj: &CpuTensor<T>,
         z: &CpuTensor<T>,
-        b: &CpuTensor<T>,
-        a: &CpuTensor<T>,
         w: &GdnMixWeights<CpuTensor<T>>,
         dims: GdnDims,
         batch: &StepBatch,
         state: &mut CpuGdnState<T>,
     ) -> Result<CpuTensor<T>> {
-        const OP: &str = "gdn_mix";
-        let t = batch.num_tokens();
-        let cd = dims.conv_dim();
-        check_cols(OP, "qkv", qkv, cd)?;
-        check_rows(OP, "qkv", qkv, t)?;
-        check_cols(OP, "z", z, dims.h_v * dims.v)?;
-        check_rows(OP, "z", z, t)?;
-        check_cols(OP, "a", a, dims.h_v)?;
-        check_cols(OP, "b", b, dims.h_v)?;
-        if state.dims != dims {
-            return Err(err(format!("{OP}: state dims {:?} != layer dims {dims:?}", state.dims)));
-        }
-        let cdims = conv1d::ConvDims { conv_dim: cd, width: dims.conv_kernel };
-        let mut conv_out = vec![T::default(); qkv.data.len()];
-        match batch.kind {
-            StepKind::Prefill => conv1d::prefill(
-                &qkv.data,
-                &w.conv_w.data,
-                None,
-                cdims,
-                Varlen::new(&batch.cu_seqlens, &batch.slots),
-                &mut state.conv,
-                &mut conv_out,
-            )?,
-            StepKind::Decode => conv1d::update(
-                &qkv.data,
-                &w.conv_w.data,
-                None,
-                cdims,
-                1,
-                &batch.slots,
-                &mut state.conv,
-                &mut conv_out,
-            )?,
-        }
-        // Split the conv output's channels into q | k | v (HF `torch.split` on the last dim).
-        let (kd, vd) = (dims.h_k * dims.k, dims.h_v * dims.v);
-        let mut q = Vec::with_capacity(t * kd);
-        let mut k = Vec::with_capacity(t * kd);
-        let mut v = Vec::with_capacity(t * vd);
-        for row in conv_out.chunks_exact(cd) {
-            q.extend_from_slice(&row[..kd]);
-            k.extend_from_slice(&row[kd..2 * kd]);
-            v.extend_from_slice(&row[2 * kd..]);
-        }
-        // HF: `g` in f32 from `a.float()`; `beta = b.sigmoid()` in the model dtype.
-        let mut g = vec![0.0; t * dims.h_v];
-        let mut beta = vec![0.0; t * dims.h_v];
-        gdr::gating(
-            &widen(&a.data),
-            &widen(&b.data),
-            &widen(&w.a_log.data),
-            &widen(&w.dt_bias.data),
-            &mut g,
-            &mut beta,
-        )?;
-        for x in &mut beta {
-            *x = T::round(*x);
-        }
-        let inp = gdr::GdrInputs { q: &q, k: &k, v: &v, g: &g, beta: &beta };
-        let gd = gdr::GdrDims { h_k: dims.h_k, h_v: dims.h_v, k: dims.k, v: dims.v };
-        let mut o = vec![T::default(); t * vd];
-        match batch.kind {
-            StepKind::Prefill => gdr::chunk_prefill(
-                &inp,
-                gd,
-                Varlen::new(&batch.cu_seqlens, &batch.slots),
-                gdr::GdrOptions::default(),
-                64,
-                &mut state.recurrent,
-                &mut o,
-            )?,
-            StepKind::Decode => gdr::decode(
-                &inp,
-                gd,
-                &batch.slots,
-                gdr::GdrOptions::default(),
-                &mut state.recurrent,
-                &mut o,
-            )?,
-        }
-        let mut out = vec![T::default(); t * vd];
-        norm::rms_norm_gated(&o, &z.data, &w.norm_w.data, dims.eps, &mut out)?;
-        Ok(CpuTensor::new(out, t, vd))
+        let (cd, hv) = (dims.conv_dim(), dims.h_v);
+        check_cols("gdn_mix", "proj", proj, cd + 2 * hv)?;
+        let [qkv, b, a] = split_cols(proj, [cd, hv, hv]);
+        Self::gdn_mix_parts(&qkv, z, &b, &a, w, dims, batch, state)
     }
 
     fn attention(
         &self,
-        q_proj: &CpuTensor<T>,
-        k: &CpuTensor<T>,
-        v: &CpuTensor<T>,
+        qkv: &CpuTensor<T>,
         w: &AttnCoreWeights<CpuTensor<T>>,
         dims: AttnDims,
         batch: &StepBatch,
         cache: &mut CpuKvCache<T>,
     ) -> Result<CpuTensor<T>> {
-        const OP: &str = "attention";
-        let t = batch.num_tokens();
-        let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
-        check_cols(OP, "q_proj", q_proj, hq * 2 * hd)?;
-        check_rows(OP, "q_proj", q_proj, t)?;
-        check_cols(OP, "k", k, hkv * hd)?;
-        check_cols(OP, "v", v, hkv * hd)?;
-        let mut q = vec![T::default(); t * hq * hd];
-        let mut gate = vec![T::default(); t * hq * hd];
-        attn::split_q_gate(&q_proj.data, hq, hd, &mut q, &mut gate)?;
-        let mut qn = vec![T::default(); q.len()];
-        attn::qk_norm(&q, &w.q_norm.data, dims.eps, &mut qn)?;
-        let mut kn = vec![T::default(); k.data.len()];
-        attn::qk_norm(&k.data, &w.k_norm.data, dims.eps, &mut kn)?;
-        let rp =
-            attn::RopeParams { head_dim: hd, rotary_dim: dims.rotary_dim, theta: dims.rope_theta };
-        attn::rope_neox(&mut qn, hq, &batch.positions, rp)?;
-        attn::rope_neox(&mut kn, hkv, &batch.positions, rp)?;
-        let pages = attn::PageTable { table: &batch.page_table, max_pages: batch.max_pages };
-        let kvd = attn::KvDims { page_size: dims.page_size, n_kv_heads: hkv, head_dim: hd };
-        attn::write_kv(
-            &kn,
-            &v.data,
-            &batch.cu_seqlens,
-            &batch.ctx_lens,
-            pages,
-            kvd,
-            &mut cache.k,
-            &mut cache.v,
-        )?;
-        let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
-        let mut o = vec![T::default(); q.len()];
-        match batch.kind {
-            StepKind::Prefill => attn::prefill_paged(
-                &qn,
-                &cache.k,
-                &cache.v,
-                &batch.cu_seqlens,
-                &batch.ctx_lens,
-                pages,
-                dims.page_size,
-                ad,
-                None,
-                &mut o,
-            )?,
-            StepKind::Decode => {
-                let seq_lens: Vec<i32> = batch.ctx_lens.iter().map(|&c| c + 1).collect();
-                attn::decode_paged(
-                    &qn,
-                    &cache.k,
-                    &cache.v,
-                    &seq_lens,
-                    pages,
-                    dims.page_size,
-                    ad,
-                    None,
-                    &mut o,
-                )?;
-            }
-        }
-        let mut out = vec![T::default(); o.len()];
-        attn::output_gate(&o, &gate, &mut out)?;
-        Ok(CpuTensor::new(out, t, hq * hd))
+        let (qd, kvd) = (dims.n_q_heads * 2 * dims.head_dim, dims.n_kv_heads * dims.head_dim);
+        check_cols("attention", "qkv", qkv, qd + 2 * kvd)?;
+        let [q, k, v] = split_cols(qkv, [qd, kvd, kvd]);
+        Self::attention_parts(&q, &k, &v, w, dims, batch, cache)
     }
 
     fn gather_rows(&self, x: &CpuTensor<T>, rows: &[usize]) -> Result<CpuTensor<T>> {

@@ -212,6 +212,17 @@ pub enum SampleMode {
     TopP,
 }
 
+/// Op families of the decode-step breakdown ([`CudaBackend::set_profiling`]).
+pub const OP_FAMILIES: [&str; 6] =
+    ["gemm", "gdn", "attention", "norm/elementwise", "sampling", "collective"];
+
+/// CUDA-event timing of every op, by family (eager steps only).
+#[derive(Debug, Default)]
+struct Profiler {
+    on: bool,
+    marks: Vec<(usize, deltakit::cudarc::driver::CudaEvent, deltakit::cudarc::driver::CudaEvent)>,
+}
+
 /// Top-K lists a static decode bucket computes per row (requests asking for more run eager).
 pub const STATIC_TOPK: usize = 20;
 
@@ -248,6 +259,7 @@ pub struct CudaBackend {
     scratch: Mutex<Scratch>,
     /// Token id of padded decode rows ([`CudaBackend::set_padding_token`]).
     padding_token: std::sync::atomic::AtomicU32,
+    prof: Mutex<Profiler>,
     /// Tensor-parallel communicator (last: dropped after every buffer above).
     comm: Option<NcclComm>,
 }
@@ -293,6 +305,7 @@ impl CudaBackend {
             gemm,
             scratch: Mutex::new(Scratch::default()),
             padding_token: 0.into(),
+            prof: Mutex::default(),
             comm: None,
         })
     }
@@ -554,6 +567,48 @@ impl CudaBackend {
         Ok((pids, pb))
     }
 
+    /// Turn per-op CUDA-event timing on or off (eager steps; events cannot be timed inside a
+    /// graph). Each op then records a start and an end event on the stream.
+    pub fn set_profiling(&self, on: bool) {
+        if let Ok(mut p) = self.prof.lock() {
+            p.on = on;
+            p.marks.clear();
+        }
+    }
+
+    /// Milliseconds of GPU time per op family ([`OP_FAMILIES`]) since the last call (waits for
+    /// the stream), and clears the marks.
+    ///
+    /// # Errors
+    /// Device errors.
+    pub fn take_profile(&self) -> Result<[f64; 6]> {
+        self.stream.synchronize().map_err(drv)?;
+        let mut p = self.prof.lock().map_err(|_| err("profiler mutex poisoned".into()))?;
+        let mut out = [0f64; 6];
+        for (fam, a, b) in p.marks.drain(..) {
+            out[fam] += f64::from(a.elapsed_ms(&b).map_err(drv)?);
+        }
+        Ok(out)
+    }
+
+    /// Run `f` (which enqueues one op) between two timing events when profiling is on.
+    fn timed<T>(&self, fam: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let on = self.prof.lock().is_ok_and(|p| p.on);
+        if !on {
+            return f();
+        }
+        let flags = Some(deltakit::cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let a = self.ctx.new_event(flags).map_err(drv)?;
+        a.record(&self.stream).map_err(drv)?;
+        let r = f()?;
+        let b = self.ctx.new_event(flags).map_err(drv)?;
+        b.record(&self.stream).map_err(drv)?;
+        if let Ok(mut p) = self.prof.lock() {
+            p.marks.push((fam, a, b));
+        }
+        Ok(r)
+    }
+
     /// Token id the padded rows of a bucket carry on the device (default 0; the host-side batch
     /// always says 0). Tests set an out-of-range id, which `mlp.embedding` turns into a NaN row,
     /// to show that padded rows cannot reach live ones.
@@ -603,41 +658,44 @@ impl CudaBackend {
     /// # Errors
     /// Shape or device errors; no active bucket.
     pub fn sample_static(&self, logits: &CudaTensor, mode: SampleMode) -> Result<()> {
-        let mut g = self.lock()?;
-        let rows = g.active.ok_or_else(|| err("sample_static: no active bucket".into()))?;
-        let st = g.statics.get_mut(&rows).ok_or_else(|| err("sample_static: no bucket".into()))?;
-        if logits.rows != rows || logits.len() != st.logits.len() {
-            return Err(err(format!(
-                "sample_static: logits [{}, {}] for a bucket of {rows} rows ({} values)",
-                logits.rows,
-                logits.cols,
-                st.logits.len()
-            )));
-        }
-        let s = &self.stream;
-        s.memcpy_dtod(&logits.v(), &mut st.logits).map_err(drv)?;
-        if let (Some(c), Some(gat)) = (&self.comm, st.gathered.as_mut()) {
-            return c.all_gather(&st.logits, gat);
-        }
-        let vocab = logits.cols;
-        let k = STATIC_TOPK.min(vocab);
-        let (mut ti, mut tl) =
-            (st.topk_ids.slice_mut(..rows * k), st.topk_lp.slice_mut(..rows * k));
-        sample::topk_logprobs(s, &st.logits, vocab, k, &mut ti, &mut tl).map_err(dk)?;
-        if mode == SampleMode::TopP {
-            sample::top_p(
-                s,
-                &st.logits,
-                vocab,
-                &st.temperature,
-                &st.top_p,
-                &st.seed,
-                &st.counter,
-                &mut st.out_ids,
-            )
-            .map_err(dk)?;
-        }
-        Ok(())
+        self.timed(4, || {
+            let mut g = self.lock()?;
+            let rows = g.active.ok_or_else(|| err("sample_static: no active bucket".into()))?;
+            let st =
+                g.statics.get_mut(&rows).ok_or_else(|| err("sample_static: no bucket".into()))?;
+            if logits.rows != rows || logits.len() != st.logits.len() {
+                return Err(err(format!(
+                    "sample_static: logits [{}, {}] for a bucket of {rows} rows ({} values)",
+                    logits.rows,
+                    logits.cols,
+                    st.logits.len()
+                )));
+            }
+            let s = &self.stream;
+            s.memcpy_dtod(&logits.v(), &mut st.logits).map_err(drv)?;
+            if let (Some(c), Some(gat)) = (&self.comm, st.gathered.as_mut()) {
+                return c.all_gather(&st.logits, gat);
+            }
+            let vocab = logits.cols;
+            let k = STATIC_TOPK.min(vocab);
+            let (mut ti, mut tl) =
+                (st.topk_ids.slice_mut(..rows * k), st.topk_lp.slice_mut(..rows * k));
+            sample::topk_logprobs(s, &st.logits, vocab, k, &mut ti, &mut tl).map_err(dk)?;
+            if mode == SampleMode::TopP {
+                sample::top_p(
+                    s,
+                    &st.logits,
+                    vocab,
+                    &st.temperature,
+                    &st.top_p,
+                    &st.seed,
+                    &st.counter,
+                    &mut st.out_ids,
+                )
+                .map_err(dk)?;
+            }
+            Ok(())
+        })
     }
 
     /// Read the active bucket's sampled outputs for its first `sampling.len()` rows (waits for
@@ -908,45 +966,58 @@ impl Backend for CudaBackend {
     }
 
     fn embedding(&self, ids: &[u32], table: &CudaTensor) -> Result<CudaTensor> {
-        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
-            return Err(err(format!("embedding: id {bad} >= vocab {}", table.rows)));
-        }
-        let mut out = self.output(ids.len(), table.cols)?;
-        if ids.is_empty() {
-            return Ok(out);
-        }
-        {
-            let g = self.lock()?;
-            if let Some(st) = g.active.and_then(|b| g.statics.get(&b)) {
-                if matches!(&st.staged, Some((staged, _)) if staged == ids) {
-                    mlp::embedding(&self.stream, &st.ids, &table.v(), table.rows, &mut out.vm())
+        self.timed(3, || {
+            if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
+                return Err(err(format!("embedding: id {bad} >= vocab {}", table.rows)));
+            }
+            let mut out = self.output(ids.len(), table.cols)?;
+            if ids.is_empty() {
+                return Ok(out);
+            }
+            {
+                let g = self.lock()?;
+                if let Some(st) = g.active.and_then(|b| g.statics.get(&b)) {
+                    if matches!(&st.staged, Some((staged, _)) if staged == ids) {
+                        mlp::embedding(
+                            &self.stream,
+                            &st.ids,
+                            &table.v(),
+                            table.rows,
+                            &mut out.vm(),
+                        )
                         .map_err(dk)?;
-                    return Ok(out);
+                        return Ok(out);
+                    }
                 }
             }
-        }
-        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let dids = self.stream.clone_htod(&ids).map_err(drv)?;
-        mlp::embedding(&self.stream, &dids, &table.v(), table.rows, &mut out.vm()).map_err(dk)?;
-        Ok(out)
+            let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+            let dids = self.stream.clone_htod(&ids).map_err(drv)?;
+            mlp::embedding(&self.stream, &dids, &table.v(), table.rows, &mut out.vm())
+                .map_err(dk)?;
+            Ok(out)
+        })
     }
 
     fn linear(&self, x: &CudaTensor, w: &CudaTensor) -> Result<CudaTensor> {
-        check_cols("linear", "w", w, x.cols)?;
-        let mut out = self.output(x.rows, w.rows)?;
-        if x.rows > 0 {
-            self.gemm
-                .linear(&x.v(), &w.v(), &mut out.vm(), x.rows, w.rows, x.cols, false)
-                .map_err(dk)?;
-        }
-        Ok(out)
+        self.timed(0, || {
+            check_cols("linear", "w", w, x.cols)?;
+            let mut out = self.output(x.rows, w.rows)?;
+            if x.rows > 0 {
+                self.gemm
+                    .linear(&x.v(), &w.v(), &mut out.vm(), x.rows, w.rows, x.cols, false)
+                    .map_err(dk)?;
+            }
+            Ok(out)
+        })
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
-        check_cols("rms_norm", "w", w, x.cols)?;
-        let mut out = self.output(x.rows, x.cols)?;
-        norm::rms(&self.stream, &x.v(), &w.v(), eps, &mut out.vm()).map_err(dk)?;
-        Ok(out)
+        self.timed(3, || {
+            check_cols("rms_norm", "w", w, x.cols)?;
+            let mut out = self.output(x.rows, x.cols)?;
+            norm::rms(&self.stream, &x.v(), &w.v(), eps, &mut out.vm()).map_err(dk)?;
+            Ok(out)
+        })
     }
 
     fn add_rms_norm(
@@ -956,278 +1027,300 @@ impl Backend for CudaBackend {
         w: &CudaTensor,
         eps: f32,
     ) -> Result<CudaTensor> {
-        check_cols("add_rms_norm", "residual", residual, x.cols)?;
-        check_rows("add_rms_norm", "residual", residual, x.rows)?;
-        check_cols("add_rms_norm", "w", w, x.cols)?;
-        let mut out = self.output(x.rows, x.cols)?;
-        norm::fused_add_rms(&self.stream, &x.v(), &mut residual.vm(), &w.v(), eps, &mut out.vm())
+        self.timed(3, || {
+            check_cols("add_rms_norm", "residual", residual, x.cols)?;
+            check_rows("add_rms_norm", "residual", residual, x.rows)?;
+            check_cols("add_rms_norm", "w", w, x.cols)?;
+            let mut out = self.output(x.rows, x.cols)?;
+            norm::fused_add_rms(
+                &self.stream,
+                &x.v(),
+                &mut residual.vm(),
+                &w.v(),
+                eps,
+                &mut out.vm(),
+            )
             .map_err(dk)?;
-        Ok(out)
+            Ok(out)
+        })
     }
 
     fn silu_and_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
-        if x.cols % 2 != 0 || x.cols == 0 {
-            return Err(err(format!("silu_and_mul: odd or zero column count {}", x.cols)));
-        }
-        let inter = x.cols / 2;
-        let mut out = self.output(x.rows, inter)?;
-        mlp::silu_and_mul(&self.stream, &x.v(), inter, &mut out.vm()).map_err(dk)?;
-        Ok(out)
+        self.timed(3, || {
+            if x.cols % 2 != 0 || x.cols == 0 {
+                return Err(err(format!("silu_and_mul: odd or zero column count {}", x.cols)));
+            }
+            let inter = x.cols / 2;
+            let mut out = self.output(x.rows, inter)?;
+            mlp::silu_and_mul(&self.stream, &x.v(), inter, &mut out.vm()).map_err(dk)?;
+            Ok(out)
+        })
     }
 
     #[allow(clippy::too_many_lines)] // two kernel paths (prefill / decode), validated inline
     fn gdn_mix(
         &self,
-        qkv: &CudaTensor,
+        proj: &CudaTensor,
         z: &CudaTensor,
-        b: &CudaTensor,
-        a: &CudaTensor,
         w: &GdnMixWeights<CudaTensor>,
         dims: GdnDims,
         batch: &StepBatch,
         state: &mut CudaGdnState,
     ) -> Result<CudaTensor> {
-        const OP: &str = "gdn_mix";
-        let t = batch.num_tokens();
-        let cd = dims.conv_dim();
-        check_cols(OP, "qkv", qkv, cd)?;
-        check_rows(OP, "qkv", qkv, t)?;
-        check_cols(OP, "z", z, dims.h_v * dims.v)?;
-        check_rows(OP, "z", z, t)?;
-        check_cols(OP, "a", a, dims.h_v)?;
-        check_rows(OP, "a", a, t)?;
-        check_cols(OP, "b", b, dims.h_v)?;
-        check_rows(OP, "b", b, t)?;
-        check_cols(OP, "conv_w", &w.conv_w, dims.conv_kernel)?;
-        check_rows(OP, "conv_w", &w.conv_w, cd)?;
-        if state.dims != dims {
-            return Err(err(format!("{OP}: state dims {:?} != layer dims {dims:?}", state.dims)));
-        }
-        check_gdn(dims)?;
-        let vd = dims.h_v * dims.v;
-        let mut out = self.output(t, vd)?;
-        if t == 0 {
-            return Ok(out);
-        }
-        let mut guard = self.lock()?;
-        let Scratch { batch: cached, gdr_ws, statics, active, .. } = &mut *guard;
-        let db = self.upload_batch(cached, statics, *active, batch)?;
-        let s = &self.stream;
+        self.timed(1, || {
+            const OP: &str = "gdn_mix";
+            let t = batch.num_tokens();
+            let cd = dims.conv_dim();
+            // proj = [qkv | b | a], row stride pc: read through strided views, no split copies.
+            let pc = cd + 2 * dims.h_v;
+            check_cols(OP, "proj", proj, pc)?;
+            check_rows(OP, "proj", proj, t)?;
+            check_cols(OP, "z", z, dims.h_v * dims.v)?;
+            check_rows(OP, "z", z, t)?;
+            check_cols(OP, "conv_w", &w.conv_w, dims.conv_kernel)?;
+            check_rows(OP, "conv_w", &w.conv_w, cd)?;
+            if state.dims != dims {
+                return Err(err(format!(
+                    "{OP}: state dims {:?} != layer dims {dims:?}",
+                    state.dims
+                )));
+            }
+            check_gdn(dims)?;
+            let vd = dims.h_v * dims.v;
+            let mut out = self.output(t, vd)?;
+            if t == 0 {
+                return Ok(out);
+            }
+            let mut guard = self.lock()?;
+            let Scratch { batch: cached, gdr_ws, statics, active, .. } = &mut *guard;
+            let db = self.upload_batch(cached, statics, *active, batch)?;
+            let s = &self.stream;
 
-        // Causal conv1d + SiLU over qkv, carrying each sequence's conv state.
-        let cdims = ConvDims { conv_dim: cd, width: dims.conv_kernel };
-        let mut conv_out = self.output(t, cd)?;
-        match batch.kind {
-            StepKind::Prefill => conv1d::prefill(
-                s,
-                cdims,
-                &qkv.v(),
-                None,
-                &w.conv_w.v(),
-                None::<&CudaSlice<bf16>>,
-                &db.cu_seqlens,
-                &db.slots,
-                None::<&CudaSlice<u8>>,
-                Some(VarlenHost { cu_seqlens: &batch.cu_seqlens, slots: &batch.slots }),
-                &mut state.conv,
-                &mut conv_out.vm(),
-            ),
-            StepKind::Decode => conv1d::update(
-                s,
-                cdims,
-                1,
-                &qkv.v(),
-                None,
-                &w.conv_w.v(),
-                None::<&CudaSlice<bf16>>,
-                &db.slots,
-                Some(&batch.slots),
-                &mut state.conv,
-                &mut conv_out.vm(),
-            ),
-        }
-        .map_err(dk)?;
+            // Causal conv1d + SiLU over qkv, carrying each sequence's conv state.
+            let cdims = ConvDims { conv_dim: cd, width: dims.conv_kernel };
+            let mut conv_out = self.output(t, cd)?;
+            match batch.kind {
+                StepKind::Prefill => conv1d::prefill(
+                    s,
+                    cdims,
+                    &proj.v(),
+                    Some(pc),
+                    &w.conv_w.v(),
+                    None::<&CudaSlice<bf16>>,
+                    &db.cu_seqlens,
+                    &db.slots,
+                    None::<&CudaSlice<u8>>,
+                    Some(VarlenHost { cu_seqlens: &batch.cu_seqlens, slots: &batch.slots }),
+                    &mut state.conv,
+                    &mut conv_out.vm(),
+                ),
+                StepKind::Decode => conv1d::update(
+                    s,
+                    cdims,
+                    1,
+                    &proj.v(),
+                    Some(pc),
+                    &w.conv_w.v(),
+                    None::<&CudaSlice<bf16>>,
+                    &db.slots,
+                    Some(&batch.slots),
+                    &mut state.conv,
+                    &mut conv_out.vm(),
+                ),
+            }
+            .map_err(dk)?;
 
-        // q | k | v as strided column views of the conv output (HF `torch.split`), no copies.
-        let kd = dims.h_k * dims.k;
-        let cv = conv_out.v();
-        let (q, k, v) = (cv.slice(..), cv.slice(kd..), cv.slice(2 * kd..));
-        let strides = DecodeStrides { q: Some(cd), k: Some(cd), v: Some(cd), ab: None };
-        let gd = GdrDims { h_k: dims.h_k, h_v: dims.h_v, k: dims.k, v: dims.v };
-        let opts = GdrOptions::default();
-        let (a_log, dt_bias) = (w.a_log.f32_view("A_log")?, w.dt_bias.f32_view("dt_bias")?);
-        let mut o = self.output(t, vd)?;
-        match batch.kind {
-            StepKind::Prefill => {
-                let n = batch.num_seqs();
-                let ws = grow(s, gdr_ws, chunk_prefill::workspace_bytes(gd, t, n))?;
-                let inputs = ChunkPrefillInputs {
-                    q,
-                    k,
-                    v,
-                    gating: Gating::Fused { a: a.v(), b: b.v(), a_log, dt_bias },
-                    cu_seqlens: db.cu_seqlens.slice(..),
-                    slots: db.slots.slice(..),
-                    initial_state: InitialState::FromSlots,
-                };
-                let host =
-                    HostCopies { cu_seqlens: Some(&batch.cu_seqlens), slots: Some(&batch.slots) };
-                let strides: ChunkPrefillStrides = strides;
-                chunk_prefill::chunk_prefill(
+            // q | k | v as strided column views of the conv output (HF `torch.split`), no copies.
+            let kd = dims.h_k * dims.k;
+            let cv = conv_out.v();
+            let (q, k, v) = (cv.slice(..), cv.slice(kd..), cv.slice(2 * kd..));
+            let strides = DecodeStrides { q: Some(cd), k: Some(cd), v: Some(cd), ab: Some(pc) };
+            let pv = proj.v();
+            let (b_view, a_view) = (pv.slice(cd..), pv.slice(cd + dims.h_v..));
+            let gd = GdrDims { h_k: dims.h_k, h_v: dims.h_v, k: dims.k, v: dims.v };
+            let opts = GdrOptions::default();
+            let (a_log, dt_bias) = (w.a_log.f32_view("A_log")?, w.dt_bias.f32_view("dt_bias")?);
+            let mut o = self.output(t, vd)?;
+            match batch.kind {
+                StepKind::Prefill => {
+                    let n = batch.num_seqs();
+                    let ws = grow(s, gdr_ws, chunk_prefill::workspace_bytes(gd, t, n))?;
+                    let inputs = ChunkPrefillInputs {
+                        q,
+                        k,
+                        v,
+                        gating: Gating::Fused { a: a_view, b: b_view, a_log, dt_bias },
+                        cu_seqlens: db.cu_seqlens.slice(..),
+                        slots: db.slots.slice(..),
+                        initial_state: InitialState::FromSlots,
+                    };
+                    let host = HostCopies {
+                        cu_seqlens: Some(&batch.cu_seqlens),
+                        slots: Some(&batch.slots),
+                    };
+                    let strides: ChunkPrefillStrides = strides;
+                    chunk_prefill::chunk_prefill(
+                        s,
+                        gd,
+                        opts,
+                        strides,
+                        &inputs,
+                        host,
+                        &mut state.recurrent,
+                        &mut o.vm(),
+                        ws,
+                    )
+                    .map_err(dk)?;
+                }
+                StepKind::Decode => gdr::decode(
                     s,
                     gd,
+                    1,
                     opts,
                     strides,
-                    &inputs,
-                    host,
+                    &q,
+                    &k,
+                    &v,
+                    &a_view,
+                    &b_view,
+                    &a_log,
+                    &dt_bias,
+                    &db.slots,
+                    Some(&batch.slots),
                     &mut state.recurrent,
                     &mut o.vm(),
-                    ws,
                 )
-                .map_err(dk)?;
+                .map_err(dk)?,
             }
-            StepKind::Decode => gdr::decode(
-                s,
-                gd,
-                1,
-                opts,
-                strides,
-                &q,
-                &k,
-                &v,
-                &a.v(),
-                &b.v(),
-                &a_log,
-                &dt_bias,
-                &db.slots,
-                Some(&batch.slots),
-                &mut state.recurrent,
-                &mut o.vm(),
-            )
-            .map_err(dk)?,
-        }
-        // Gated RMSNorm per value head: rows [T * H_v, V].
-        check_cols(OP, "norm_w", &w.norm_w, dims.v)?;
-        norm::rms_gated(s, &o.v(), &z.v(), &w.norm_w.v(), dims.eps, &mut out.vm()).map_err(dk)?;
-        Ok(out)
+            // Gated RMSNorm per value head: rows [T * H_v, V].
+            check_cols(OP, "norm_w", &w.norm_w, dims.v)?;
+            norm::rms_gated(s, &o.v(), &z.v(), &w.norm_w.v(), dims.eps, &mut out.vm())
+                .map_err(dk)?;
+            Ok(out)
+        })
     }
 
     #[allow(clippy::too_many_lines)] // prefill / decode paths over one prologue
     fn attention(
         &self,
-        q_proj: &CudaTensor,
-        k: &CudaTensor,
-        v: &CudaTensor,
+        qkv: &CudaTensor,
         w: &AttnCoreWeights<CudaTensor>,
         dims: AttnDims,
         batch: &StepBatch,
         cache: &mut CudaKvCache,
     ) -> Result<CudaTensor> {
-        const OP: &str = "attention";
-        let t = batch.num_tokens();
-        let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
-        check_cols(OP, "q_proj", q_proj, hq * 2 * hd)?;
-        check_rows(OP, "q_proj", q_proj, t)?;
-        check_cols(OP, "k", k, hkv * hd)?;
-        check_rows(OP, "k", k, t)?;
-        check_cols(OP, "v", v, hkv * hd)?;
-        check_rows(OP, "v", v, t)?;
-        if cache.dims != dims {
-            return Err(err(format!("{OP}: cache dims {:?} != layer dims {dims:?}", cache.dims)));
-        }
-        let mut out = self.output(t, hq * hd)?;
-        if t == 0 {
-            return Ok(out);
-        }
-        let mut guard = self.lock()?;
-        let split_ctx = {
-            let g = &*guard;
-            g.active.and_then(|b| g.statics.get(&b)).map(|s| s.split_ctx)
-        };
-        let Scratch { batch: cached, attn_ws, statics, active, .. } = &mut *guard;
-        let db = self.upload_batch(cached, statics, *active, batch)?;
-        let s = &self.stream;
-        let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
-        let kv = PagedKv {
-            page_size: dims.page_size,
-            num_pages: cache.num_pages,
-            max_pages: batch.max_pages,
-        };
-        let sb = SeqBatch {
-            cu_seqlens: &db.cu_seqlens,
-            ctx_lens: &db.ctx_lens,
-            page_table: &db.page_table,
-            host_cu_seqlens: &batch.cu_seqlens,
-            host_ctx_lens: &batch.ctx_lens,
-            host_page_table: &batch.page_table,
-        };
-        // Split [q | gate], q/k RMSNorm, partial RoPE at ctx_lens + j, k/v into the paged cache.
-        let mut q = self.output(t, hq * hd)?;
-        let mut gate = self.output(t, hq * hd)?;
-        attn::prep(
-            s,
-            (&q_proj.v(), None),
-            (&k.v(), None),
-            (&v.v(), None),
-            &w.q_norm.v(),
-            &w.k_norm.v(),
-            dims.eps,
-            Rope { rotary_dim: dims.rotary_dim, theta: dims.rope_theta },
-            ad,
-            kv,
-            &sb,
-            &mut cache.k,
-            &mut cache.v,
-            &mut q.vm(),
-            &mut gate.vm(),
-        )
-        .map_err(dk)?;
-        let mut o = self.output(t, hq * hd)?;
-        match batch.kind {
-            StepKind::Prefill => {
-                attn::prefill(s, &q.v(), &cache.k, &cache.v, ad, kv, &sb, None, &mut o.vm())
+        self.timed(2, || {
+            const OP: &str = "attention";
+            let t = batch.num_tokens();
+            let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
+            // qkv = [q_proj | k | v], row stride pc: strided views into attn.prep.
+            let (qd, kvd) = (hq * 2 * hd, hkv * hd);
+            let pc = qd + 2 * kvd;
+            check_cols(OP, "qkv", qkv, pc)?;
+            check_rows(OP, "qkv", qkv, t)?;
+            if cache.dims != dims {
+                return Err(err(format!(
+                    "{OP}: cache dims {:?} != layer dims {dims:?}",
+                    cache.dims
+                )));
+            }
+            let mut out = self.output(t, hq * hd)?;
+            if t == 0 {
+                return Ok(out);
+            }
+            let mut guard = self.lock()?;
+            let split_ctx = {
+                let g = &*guard;
+                g.active.and_then(|b| g.statics.get(&b)).map(|s| s.split_ctx)
+            };
+            let Scratch { batch: cached, attn_ws, statics, active, .. } = &mut *guard;
+            let db = self.upload_batch(cached, statics, *active, batch)?;
+            let s = &self.stream;
+            let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
+            let kv = PagedKv {
+                page_size: dims.page_size,
+                num_pages: cache.num_pages,
+                max_pages: batch.max_pages,
+            };
+            let sb = SeqBatch {
+                cu_seqlens: &db.cu_seqlens,
+                ctx_lens: &db.ctx_lens,
+                page_table: &db.page_table,
+                host_cu_seqlens: &batch.cu_seqlens,
+                host_ctx_lens: &batch.ctx_lens,
+                host_page_table: &batch.page_table,
+            };
+            // Split [q | gate], q/k RMSNorm, partial RoPE at ctx_lens + j, k/v into the paged cache.
+            let mut q = self.output(t, hq * hd)?;
+            let mut gate = self.output(t, hq * hd)?;
+            let pv = qkv.v();
+            attn::prep(
+                s,
+                (&pv, Some(pc)),
+                (&pv.slice(qd..), Some(pc)),
+                (&pv.slice(qd + kvd..), Some(pc)),
+                &w.q_norm.v(),
+                &w.k_norm.v(),
+                dims.eps,
+                Rope { rotary_dim: dims.rotary_dim, theta: dims.rope_theta },
+                ad,
+                kv,
+                &sb,
+                &mut cache.k,
+                &mut cache.v,
+                &mut q.vm(),
+                &mut gate.vm(),
+            )
+            .map_err(dk)?;
+            let mut o = self.output(t, hq * hd)?;
+            match batch.kind {
+                StepKind::Prefill => {
+                    attn::prefill(s, &q.v(), &cache.k, &cache.v, ad, kv, &sb, None, &mut o.vm())
+                        .map_err(dk)?;
+                }
+                StepKind::Decode => {
+                    let n = batch.num_seqs();
+                    let max_ctx = split_ctx.unwrap_or_else(|| {
+                        db.seq_lens_host.iter().copied().max().unwrap_or(1).max(1) as usize
+                    });
+                    let splits = attn::decode_splits(n, ad, max_ctx);
+                    let ws = grow(s, attn_ws, attn::decode_workspace_len(n, ad, splits))?;
+                    attn::decode(
+                        s,
+                        &q.v(),
+                        &cache.k,
+                        &cache.v,
+                        ad,
+                        kv,
+                        (&db.seq_lens, &db.seq_lens_host),
+                        (&db.page_table, &batch.page_table),
+                        None,
+                        splits,
+                        ws,
+                        &mut o.vm(),
+                    )
                     .map_err(dk)?;
+                }
             }
-            StepKind::Decode => {
-                let n = batch.num_seqs();
-                let max_ctx = split_ctx.unwrap_or_else(|| {
-                    db.seq_lens_host.iter().copied().max().unwrap_or(1).max(1) as usize
-                });
-                let splits = attn::decode_splits(n, ad, max_ctx);
-                let ws = grow(s, attn_ws, attn::decode_workspace_len(n, ad, splits))?;
-                attn::decode(
-                    s,
-                    &q.v(),
-                    &cache.k,
-                    &cache.v,
-                    ad,
-                    kv,
-                    (&db.seq_lens, &db.seq_lens_host),
-                    (&db.page_table, &batch.page_table),
-                    None,
-                    splits,
-                    ws,
-                    &mut o.vm(),
-                )
-                .map_err(dk)?;
-            }
-        }
-        attn::output_gate(s, &o.v(), &gate.v(), hq * hd, None, &mut out.vm()).map_err(dk)?;
-        Ok(out)
+            attn::output_gate(s, &o.v(), &gate.v(), hq * hd, None, &mut out.vm()).map_err(dk)?;
+            Ok(out)
+        })
     }
 
     fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
-        let mut out = self.output(rows.len(), x.cols)?;
-        let c = x.cols;
-        for (i, &r) in rows.iter().enumerate() {
-            if r >= x.rows {
-                return Err(err(format!("gather_rows: row {r} >= {}", x.rows)));
+        self.timed(3, || {
+            let mut out = self.output(rows.len(), x.cols)?;
+            let c = x.cols;
+            for (i, &r) in rows.iter().enumerate() {
+                if r >= x.rows {
+                    return Err(err(format!("gather_rows: row {r} >= {}", x.rows)));
+                }
+                let src = x.buf.slice(r * c..(r + 1) * c);
+                let mut dst = out.buf.slice_mut(i * c..(i + 1) * c);
+                self.stream.memcpy_dtod(&src, &mut dst).map_err(drv)?;
             }
-            let src = x.buf.slice(r * c..(r + 1) * c);
-            let mut dst = out.buf.slice_mut(i * c..(i + 1) * c);
-            self.stream.memcpy_dtod(&src, &mut dst).map_err(drv)?;
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     fn concat_rows(&self, a: &CudaTensor, b: &CudaTensor) -> Result<CudaTensor> {
@@ -1278,7 +1371,7 @@ impl Backend for CudaBackend {
     }
 
     fn all_reduce_sum(&self, t: &mut CudaTensor) -> Result<()> {
-        match &self.comm {
+        self.timed(5, || match &self.comm {
             Some(c) if t.len() > 0 => {
                 if t.buf.len() != t.len() {
                     return Err(err("all_reduce_sum: tensor buffer is padded".into()));
@@ -1286,7 +1379,7 @@ impl Backend for CudaBackend {
                 c.all_reduce_sum(&mut t.buf)
             }
             _ => Ok(()),
-        }
+        })
     }
 
     fn gather_cols_to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {

@@ -106,8 +106,8 @@ impl StepBatch {
     }
 }
 
-/// Weights of a GDN token mixer that the backend's [`Backend::gdn_mix`] consumes (the four
-/// input projections and `out_proj` are applied by the model through [`Backend::linear`]).
+/// Weights of a GDN token mixer that the backend's [`Backend::gdn_mix`] consumes (the input
+/// projections and `out_proj` are applied by the model through [`Backend::linear`]).
 #[derive(Debug)]
 pub struct GdnMixWeights<T> {
     /// `conv1d.weight` `[conv_dim, W]`.
@@ -219,21 +219,21 @@ pub trait Backend {
     fn silu_and_mul(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
 
     /// The GDN token mixer between the input projections and `out_proj`
-    /// (HF `Qwen3_5GatedDeltaNet.forward`): causal conv1d + SiLU over `qkv` (`[T, conv_dim]`,
-    /// carrying each sequence's conv state), split into `q | k | v`, gating
-    /// `g = -exp(A_log) softplus(a + dt_bias)`, `beta = sigmoid(b)` (`a`, `b` `[T, H_v]`), the gated
-    /// delta rule with L2-normalised q/k (carrying the recurrent state in the sequence's slot),
-    /// then the gated RMSNorm per value head with `z` (`[T, H_v V]`). Returns `[T, H_v V]`.
+    /// (HF `Qwen3_5GatedDeltaNet.forward`): `proj` is the merged projection `[T, conv_dim + 2
+    /// H_v]` = `[in_proj_qkv | in_proj_b | in_proj_a]` (one GEMM at load-time concatenated
+    /// weights); causal conv1d + SiLU over its `qkv` columns (carrying each sequence's conv
+    /// state), split into `q | k | v`, gating `g = -exp(A_log) softplus(a + dt_bias)`,
+    /// `beta = sigmoid(b)`, the gated delta rule with L2-normalised q/k (carrying the recurrent
+    /// state in the sequence's slot), then the gated RMSNorm per value head with `z`
+    /// (`[T, H_v V]`). Returns `[T, H_v V]`.
     ///
     /// # Errors
     /// On a shape mismatch or bad slot.
     #[allow(clippy::too_many_arguments)]
     fn gdn_mix(
         &self,
-        qkv: &Self::Tensor,
+        proj: &Self::Tensor,
         z: &Self::Tensor,
-        b: &Self::Tensor,
-        a: &Self::Tensor,
         w: &GdnMixWeights<Self::Tensor>,
         dims: GdnDims,
         batch: &StepBatch,
@@ -241,19 +241,16 @@ pub trait Backend {
     ) -> Result<Self::Tensor>;
 
     /// The gated attention core between the projections and `o_proj` (HF
-    /// `Qwen3_5Attention.forward`): split `q_proj` (`[T, H_q * 2hd]`, per-head `[q | gate]`),
-    /// q/k RMSNorm, partial NeoX RoPE at `batch.positions`, write k/v (`[T, H_kv hd]`) into the
-    /// paged cache, causal GQA attention over each sequence's context, `* sigmoid(gate)`.
-    /// Returns `[T, H_q hd]`.
+    /// `Qwen3_5Attention.forward`): `qkv` is the merged projection `[T, H_q 2hd + 2 H_kv hd]` =
+    /// `[q_proj | k_proj | v_proj]` (per-head `[q | gate]` in the `q_proj` columns); q/k
+    /// RMSNorm, partial NeoX RoPE at `batch.positions`, write k/v into the paged cache, causal
+    /// GQA attention over each sequence's context, `* sigmoid(gate)`. Returns `[T, H_q hd]`.
     ///
     /// # Errors
     /// On a shape mismatch or bad page table.
-    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
-        q_proj: &Self::Tensor,
-        k: &Self::Tensor,
-        v: &Self::Tensor,
+        qkv: &Self::Tensor,
         w: &AttnCoreWeights<Self::Tensor>,
         dims: AttnDims,
         batch: &StepBatch,

@@ -6,7 +6,10 @@
 //! (`linear_attention`) or `Qwen3_5Attention` (`full_attention`) and the MLP is SwiGLU
 //! (`down(silu(gate(x)) * up(x))`); then `norm(h)` and the LM head (`lm_head.weight`, or the
 //! embedding table when `tie_word_embeddings`). Residual adds are fused with the following norm
-//! ([`Backend::add_rms_norm`]).
+//! ([`Backend::add_rms_norm`]). Projections that share an input are merged by rows at load time
+//! and run as one GEMM: GDN `[in_proj_qkv | in_proj_b | in_proj_a]`, attention `[q_proj | k_proj |
+//! v_proj]`, MLP `[gate_proj | up_proj]` (at decode the two small `b` / `a` GEMMs and the
+//! separate `k` / `v` GEMMs were launch-bound).
 //!
 //! Under tensor parallelism ([`Qwen35::load_shard`]) each rank holds its shard
 //! ([`crate::shard::ShardPlan`]) and runs the same forward at its local head counts: the outputs
@@ -27,10 +30,12 @@ use crate::weights::{expected_tensors, WeightSource};
 /// Token mixer weights of one layer.
 #[derive(Debug)]
 enum Mixer<T> {
-    /// Gated DeltaNet; `state` indexes the model's GDN state list.
-    Gdn { in_qkv: T, in_z: T, in_b: T, in_a: T, mix: GdnMixWeights<T>, out_proj: T, state: usize },
-    /// Gated attention; `cache` indexes the model's KV-cache list.
-    Attn { q_proj: T, k_proj: T, v_proj: T, o_proj: T, core: AttnCoreWeights<T>, cache: usize },
+    /// Gated DeltaNet; `in_proj` = `[in_proj_qkv | in_proj_b | in_proj_a]` merged by rows (one
+    /// GEMM); `state` indexes the model's GDN state list.
+    Gdn { in_proj: T, in_z: T, mix: GdnMixWeights<T>, out_proj: T, state: usize },
+    /// Gated attention; `qkv_proj` = `[q_proj | k_proj | v_proj]` merged by rows (one GEMM);
+    /// `cache` indexes the model's KV-cache list.
+    Attn { qkv_proj: T, o_proj: T, core: AttnCoreWeights<T>, cache: usize },
 }
 
 /// One decoder layer's weights.
@@ -181,11 +186,12 @@ impl<B: Backend> Qwen35<B> {
                 LayerType::LinearAttention => {
                     let a = format!("{l}linear_attn.");
                     n_gdn += 1;
+                    let qkv = take(format!("{a}in_proj_qkv.weight"))?;
+                    let b = take(format!("{a}in_proj_b.weight"))?;
+                    let ab = be.concat_rows(&b, &take(format!("{a}in_proj_a.weight"))?)?;
                     Mixer::Gdn {
-                        in_qkv: take(format!("{a}in_proj_qkv.weight"))?,
+                        in_proj: be.concat_rows(&qkv, &ab)?,
                         in_z: take(format!("{a}in_proj_z.weight"))?,
-                        in_b: take(format!("{a}in_proj_b.weight"))?,
-                        in_a: take(format!("{a}in_proj_a.weight"))?,
                         mix: GdnMixWeights {
                             conv_w: take(format!("{a}conv1d.weight"))?,
                             a_log: take(format!("{a}A_log"))?,
@@ -199,10 +205,13 @@ impl<B: Backend> Qwen35<B> {
                 LayerType::FullAttention => {
                     let a = format!("{l}self_attn.");
                     n_attn += 1;
+                    let q = take(format!("{a}q_proj.weight"))?;
+                    let kv = be.concat_rows(
+                        &take(format!("{a}k_proj.weight"))?,
+                        &take(format!("{a}v_proj.weight"))?,
+                    )?;
                     Mixer::Attn {
-                        q_proj: take(format!("{a}q_proj.weight"))?,
-                        k_proj: take(format!("{a}k_proj.weight"))?,
-                        v_proj: take(format!("{a}v_proj.weight"))?,
+                        qkv_proj: be.concat_rows(&q, &kv)?,
                         o_proj: take(format!("{a}o_proj.weight"))?,
                         core: AttnCoreWeights {
                             q_norm: take(format!("{a}q_norm.weight"))?,
@@ -370,28 +379,24 @@ impl<B: Backend> Qwen35<B> {
         for (i, layer) in self.layers.iter().enumerate() {
             before_layer(i)?;
             let mixed = match &layer.mixer {
-                Mixer::Gdn { in_qkv, in_z, in_b, in_a, mix, out_proj, state } => {
-                    let qkv = be.linear(&x, in_qkv)?;
+                Mixer::Gdn { in_proj, in_z, mix, out_proj, state } => {
+                    let proj = be.linear(&x, in_proj)?;
                     let z = be.linear(&x, in_z)?;
-                    let b = be.linear(&x, in_b)?;
-                    let a = be.linear(&x, in_a)?;
                     let st = caches.gdn.get_mut(*state).ok_or_else(|| {
                         EngineError::Config(format!("no GDN state for layer {i}"))
                     })?;
-                    let o = be.gdn_mix(&qkv, &z, &b, &a, mix, gd, batch, st)?;
+                    let o = be.gdn_mix(&proj, &z, mix, gd, batch, st)?;
                     let mut out = be.linear(&o, out_proj)?;
                     be.all_reduce_sum(&mut out)?;
                     out
                 }
-                Mixer::Attn { q_proj, k_proj, v_proj, o_proj, core, cache } => {
-                    let q = be.linear(&x, q_proj)?;
-                    let k = be.linear(&x, k_proj)?;
-                    let v = be.linear(&x, v_proj)?;
+                Mixer::Attn { qkv_proj, o_proj, core, cache } => {
+                    let qkv = be.linear(&x, qkv_proj)?;
                     let kv = caches
                         .kv
                         .get_mut(*cache)
                         .ok_or_else(|| EngineError::Config(format!("no KV cache for layer {i}")))?;
-                    let o = be.attention(&q, &k, &v, core, ad, batch, kv)?;
+                    let o = be.attention(&qkv, core, ad, batch, kv)?;
                     let mut out = be.linear(&o, o_proj)?;
                     be.all_reduce_sum(&mut out)?;
                     out

@@ -57,6 +57,16 @@ pub struct Tol {
     pub exact_greedy: bool,
 }
 
+/// Serializes the GPU tests of one test binary: CUDA-graph capture is sensitive to
+/// context-wide synchronizing calls from other threads (a `cuMemFree`, an NCCL teardown) on the
+/// same device, which invalidate a capture in progress; one engine per process, as in serving,
+/// never sees that.
+#[allow(dead_code)]
+pub fn gpu_lock() -> std::sync::MutexGuard<'static, ()> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GPU.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub fn fixtures_dir() -> std::path::PathBuf {
     deltakit_engine::paths::find_fixtures_dir()
         .expect("tests/fixtures not found in the cwd or its parents")
