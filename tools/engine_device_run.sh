@@ -11,6 +11,7 @@
 #   bench     `deltakit bench` (dummy weights, prompt 512, 64 new tokens): 9B / 27B, batch 1 / 16
 #             / 64, graphs vs --no-graphs, 27B through the executor (--devices 0, NCCL TP=1)
 #   memcheck  compute-sanitizer memcheck over graph_cuda's padded-rows test (graph replay)
+#   breakdown `deltakit bench --breakdown` at 9B b1 / b16 and 27B b1 (per-op-family GPU time)
 set -uo pipefail
 out="${OUT:-/tmp/engine-run}"
 mkdir -p "$out"
@@ -59,6 +60,19 @@ bench() {
   done
 }
 
+breakdown() {
+  local f="$out/breakdown.log"
+  : >"$f"
+  for r in "9b 1" "9b 16" "27b 1"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    echo "=== $r" >>"$f"
+    timeout 150 .gpu/run --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
+      --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 --breakdown >>"$f" 2>&1
+    summary+=("breakdown $r: rc $?")
+  done
+}
+
 memcheck() {
   local f="$out/memcheck.log"
   timeout 200 .gpu/run --wrap "compute-sanitizer --tool memcheck --error-exitcode 9" graph_cuda \
@@ -71,9 +85,11 @@ for s in "${steps[@]}"; do
     tests) tests ;;
     bench) bench ;;
     memcheck) memcheck ;;
+    breakdown) breakdown ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader >"$out/gpu.txt" 2>&1
 echo "==== engine device run ($(( $(date +%s) - t_start ))s; logs in $out)"
 printf '%s\n' "${summary[@]}"
+[ -f "$out/breakdown.log" ] && grep -E "^===|^breakdown|^  " "$out/breakdown.log"

@@ -617,6 +617,17 @@ fn run_bench(a: &BenchArgs, mut engine: Engine, t_load: Instant) -> Result<()> {
         })
         .collect();
     let opts = GenOptions { prefill_chunk: a.common.prefill_chunk, ..GenOptions::default() };
+    // Warm-up (not timed): the same prompts with 2 new tokens, so that module loads, cuBLASLt
+    // plan creation and the skinny-GEMM autotune of the decode shapes happen before timing (a
+    // graph engine did that for decode at capture; this makes eager and graph runs comparable).
+    let warm: Vec<Request> = requests
+        .iter()
+        .map(|r| Request {
+            prompt: r.prompt.clone(),
+            params: SamplingParams { max_tokens: 2.min(a.gen_len), ..r.params.clone() },
+        })
+        .collect();
+    engine.generate(&warm, opts, &mut |_| {})?;
     let (_, stats) = engine.generate(&requests, opts, &mut |_| {})?;
     println!(
         "bench {} | {:.3} B params, {} layers | device {} | batch {} prompt {} gen {} | load {load_s:.2}s",
