@@ -146,11 +146,7 @@ pub mod cpu {
             let model =
                 Qwen35::load_shard(&be, &cfg, &plan, weights.as_mut(), progress && rank == 0)?;
             let mut r = Rank::new(be, model, cache)?;
-            if let Some((fr, f)) = &fault {
-                if *fr == rank {
-                    r.set_fault(Some(f.clone()));
-                }
-            }
+            r.set_fault(fault.as_ref().filter(|(fr, _)| *fr == rank).map(|(_, f)| f.clone()));
             Ok(RankWorker { runner: Box::new(r), abort: Some(abort) })
         });
         let ex = Executor::start(tp, &factory, opts.executor)?;
@@ -280,11 +276,7 @@ pub mod cuda {
             let model =
                 Qwen35::load_shard(&be, &cfg, &plan, src.open()?.as_mut(), progress && rank == 0)?;
             let mut r = Rank::new(be, model, cache)?;
-            if let Some((fr, f)) = &fault {
-                if *fr == rank {
-                    r.set_fault(Some(f.clone()));
-                }
-            }
+            r.set_fault(fault.as_ref().filter(|(fr, _)| *fr == rank).map(|(_, f)| f.clone()));
             let runner = CudaDecodeRunner::new(r, cache, &graphs)?;
             Ok(RankWorker { runner: Box::new(runner), abort })
         });
