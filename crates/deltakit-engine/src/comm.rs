@@ -266,7 +266,8 @@ pub mod nccl {
             if let Ok(mut r) = self.reason.lock() {
                 *r = Some(reason.to_string());
             }
-            // Not taking `comm`'s mutex: a rank may hold it while blocked in an enqueue.
+            // `comm`'s mutex is only ever held to copy the handle out (never across an NCCL
+            // call), so taking it here cannot wait on a blocked collective.
             let c = *self.comm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // SAFETY: `c` is a live communicator (destroyed only in `Drop`, which skips aborted
             // ones); ncclCommAbort may be called from another thread.
@@ -422,7 +423,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_all_reduce_and_gather_over_threads() {
+    fn tp_cpu_all_reduce_and_gather_over_threads() {
         for world in [1usize, 2, 3, 4] {
             let comms = CpuComm::group(world);
             let outs: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
@@ -456,7 +457,7 @@ mod tests {
     }
 
     #[test]
-    fn abort_wakes_a_waiting_rank_and_sticks() {
+    fn tp_abort_wakes_a_waiting_rank_and_sticks() {
         let comms = CpuComm::group(2);
         let h = Communicator::<[f32]>::abort_handle(&comms[0]);
         let c1 = comms[1].clone();
@@ -474,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn mismatched_lengths_are_an_error() {
+    fn tp_mismatched_lengths_are_an_error() {
         let comms = CpuComm::group(2);
         let r: Vec<Result<()>> = std::thread::scope(|s| {
             let hs: Vec<_> = comms

@@ -378,7 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn head_blocks_split_and_replicate() {
+    fn tp_head_blocks_split_and_replicate() {
         // 27B: 16 key / 48 value heads at tp 8: 2 key and 6 value heads per rank.
         let b = HeadBlock::new(48, 16, 8, 3, "v", "k").unwrap();
         assert_eq!((b.big, b.small, b.replicated), (18..24, 6..8, false));
@@ -392,7 +392,7 @@ mod tests {
     }
 
     #[test]
-    fn indivisible_counts_name_the_field() {
+    fn tp_indivisible_counts_name_the_field() {
         let c = cfg(2, 4, 4, 2, 128, 384);
         for (tp, field) in [(3, "linear_num_value_heads = 4"), (8, "linear_num_value_heads = 4")] {
             let e = ShardPlan::check(&c, tp).unwrap_err().to_string();
@@ -410,7 +410,7 @@ mod tests {
     /// The q/k/v stitch of `in_proj_qkv`: rank 1 of 2 with 4 key (8-dim) and 8 value (4-dim)
     /// heads takes q rows 16..32, k rows 48..64, v rows 64+16..64+32.
     #[test]
-    fn qkv_stitch_by_hand() {
+    fn tp_qkv_stitch_by_hand() {
         let c = cfg(4, 8, 4, 2, 128, 384);
         let p = ShardPlan::new(&c, 2, 1).unwrap();
         assert_eq!(
@@ -431,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    fn slicing_rows_and_cols() {
+    fn tp_slicing_rows_and_cols() {
         let full = [4, 3];
         let data: Vec<u32> = (0..12).collect();
         let rows = Part::Rows(vec![2..3, 0..1]);
@@ -450,7 +450,7 @@ mod tests {
         /// a rank's value heads read only key heads it holds; local shapes match the local
         /// config's expected tensors.
         #[test]
-        fn parts_cover_and_match_local_shapes(
+        fn tp_parts_cover_and_match_local_shapes(
             hk_pow in 0u32..3, ratio in 1usize..4, q_pow in 0u32..3, group in 1usize..4,
             tp_pow in 0u32..4,
         ) {
