@@ -147,7 +147,7 @@ impl CudaDecodeRunner {
         let buckets: Vec<usize> = self.buckets.iter().rev().copied().collect();
         for b in buckets {
             let be = self.rank.backend();
-            be.ensure_static(b, self.max_pages, self.max_context, self.vocab_local)?;
+            be.ensure_static(b, self.max_pages, self.max_context, self.vocab_local, false)?;
             for mode in [SampleMode::Greedy, SampleMode::TopP] {
                 let (ids, batch, rows) = Self::padding_step(b);
                 let (pids, pb) = self.rank.backend().stage_decode(b, &ids, &batch, &rows)?;
@@ -218,7 +218,14 @@ impl StepRunner for CudaDecodeRunner {
         let mode = mode_of(rows);
         let bucket = if self.enabled { graph_bucket(&self.buckets, n) } else { n };
         let be = self.rank.backend();
-        be.ensure_static(bucket, self.max_pages, self.max_context, self.vocab_local)?;
+        // Without graphs the step runs unpadded: one set of static buffers, sized for `n`.
+        be.ensure_static(
+            bucket,
+            self.max_pages,
+            self.max_context,
+            self.vocab_local,
+            !self.enabled,
+        )?;
         let (pids, pb) = be.stage_decode(bucket, ids, batch, rows)?;
         let res = match self.graphs.get(&(bucket, mode)) {
             Some(g) if self.enabled && !self.profiling => {

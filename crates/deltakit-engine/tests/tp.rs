@@ -1,4 +1,4 @@
-//! Tensor parallelism on the CPU (in-process rank threads + `CpuComm`): TP = 1 == 2 == 4 on every
+//! Tensor parallelism on the CPU (in-process rank threads + `CpuComm`): TP = 1 == 2 == 4 == 8 on every
 //! fixture, fail-closed sharding errors, loaded shards == slices of the full tensors, per-rank
 //! state bytes, and the executor's fault handling (a rank error, a panic, a stalled rank and
 //! the watchdog). `cargo test --release -p deltakit-engine tp` runs them.
@@ -80,7 +80,7 @@ fn run(e: &mut Engine, reqs: &[Request]) -> (Vec<Vec<u32>>, Vec<f32>, Vec<u32>) 
     (out.into_iter().map(|c| c.tokens).collect(), lps, ids)
 }
 
-/// For each fixture, TP in {1, 2, 4}: the same greedy tokens, the same top-k ids, and
+/// For each fixture, TP in {1, 2, 4, 8}: the same greedy tokens, the same top-k ids, and
 /// log-probabilities within f32 tolerance of TP = 1 (partial sums over ranks round
 /// differently; 5e-4 is the f32 golden gate's tolerance against HF, and the differences seen
 /// are 1e-5..1.1e-4 on these random, chaotic models); counts that do not divide give the error
@@ -93,7 +93,7 @@ fn tp_equals_tp1_on_every_fixture() {
         let cfg = ModelConfig::from_path(&fixtures_dir().join(name)).unwrap();
         let reqs = requests(cfg.vocab_size, seed);
         let base = run(&mut engine(name, 1, TpOptions::default()).unwrap(), &reqs);
-        for tp in [2usize, 4] {
+        for tp in [2usize, 4, 8] {
             match ShardPlan::check(&cfg, tp) {
                 Ok(()) => {
                     let got = run(&mut engine(name, tp, TpOptions::default()).unwrap(), &reqs);
@@ -152,7 +152,7 @@ fn tp_loaded_shards_equal_slices_of_full_tensors() {
         let cfg = ModelConfig::from_path(&dir).unwrap();
         let mut ck = SafetensorsWeights::open(&dir).unwrap();
         let mut dummy = DummyWeights::new(11);
-        for tp in [1usize, 2, 4] {
+        for tp in [1usize, 2, 4, 8] {
             if ShardPlan::check(&cfg, tp).is_err() {
                 continue;
             }

@@ -430,7 +430,8 @@ impl CudaBackend {
 
     /// Create the static decode buffers of a `rows`-row bucket (no-op if they exist): page
     /// tables `max_pages` wide, attention splits sized for `split_ctx` tokens, logits of
-    /// `vocab_local` columns.
+    /// `vocab_local` columns. With `exclusive`, every other bucket's buffers are freed first
+    /// (eager decoding without graphs keeps one, sized for the current batch).
     ///
     /// # Errors
     /// Allocation errors.
@@ -440,8 +441,12 @@ impl CudaBackend {
         max_pages: usize,
         split_ctx: usize,
         vocab_local: usize,
+        exclusive: bool,
     ) -> Result<()> {
         let mut g = self.lock()?;
+        if exclusive {
+            g.statics.retain(|&r, _| r == rows);
+        }
         if g.statics.get(&rows).is_some_and(|s| s.max_pages == max_pages) {
             return Ok(());
         }
