@@ -371,8 +371,14 @@ fn check_prefill_case(
     let mut worst = 0f64;
     // DELTAKIT_TEST_SKIP_PINGPONG=1 leaves the ping-pong schedule out (device-run triage).
     let skip_pp = std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1");
-    for kernel in [PrefillKernel::Auto, PrefillKernel::Sm90PingPong, PrefillKernel::Triton] {
-        if skip_pp && kernel == PrefillKernel::Sm90PingPong {
+    // Every hd-256 tile variant of the sm90 kernel (at hd 64 / 128 they run the one config).
+    let mut kernels = vec![PrefillKernel::Auto, PrefillKernel::Sm90PingPong, PrefillKernel::Triton];
+    if hd == 256 {
+        kernels.extend((0..=8).map(PrefillKernel::Sm90Variant));
+    }
+    for kernel in kernels {
+        if skip_pp && matches!(kernel, PrefillKernel::Sm90PingPong | PrefillKernel::Sm90Variant(_))
+        {
             continue;
         }
         let mut out = s.clone_htod(&vec![bf16::NAN; t * hq * hd]).unwrap();
@@ -619,6 +625,23 @@ fn attention_rejects_bad_metadata() {
     )
     .unwrap_err();
     assert!(matches!(e, deltakit::Error::Unsupported { .. }), "{e}");
+    // A tile variant the sm90 kernel does not have.
+    b.cu[1] = 4;
+    let d = b.upload(&s);
+    let e = attn::prefill_with(
+        PrefillKernel::Sm90Variant(9),
+        &s,
+        &q,
+        &kc,
+        &kc,
+        dims,
+        b.kv,
+        &b.view(&d),
+        None,
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "kernel", .. }), "{e}");
     assert!(s.clone_dtoh(&out).unwrap().iter().all(|x| x.is_nan()), "written on error");
 }
 

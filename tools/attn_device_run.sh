@@ -7,6 +7,8 @@
 # Binaries come from .attn-kit/ (git-ignored; built here by tools/attn_device_run.sh --pack):
 #   tools/attn_device_run.sh --pack      # on the build host: cargo build + copy + strip
 #   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tests sanitize bench ncu (all)
+# Order: tests, bench (+ SDPA anchors), sanitize, ncu. DELTAKIT_BENCH_FILTER=/ keeps every prefill
+# shape and skips the decode sweep (round 2: the sm90 tile-variant sweep).
 # Writes logs and tables to $OUT (<= 8 files) and prints a short summary last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,7 +44,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 if [[ " $steps " == *" tests "* ]]; then
   # Hang triage first: the small cases (every kernel and schedule) take ~1 s; if they time out,
   # rerun them without the ping-pong schedule and leave it out of everything after.
-  timeout 40 "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >"$OUT/tests.log" 2>&1
+  timeout 25 "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >"$OUT/tests.log" 2>&1
   rc=$?
   if [[ $rc -eq 124 ]]; then
     export DELTAKIT_TEST_SKIP_PINGPONG=1
@@ -59,16 +61,6 @@ if [[ " $steps " == *" tests "* ]]; then
   grep -E "^test |INVARIANT|panicked|test result" "$OUT/tests.log" | cut -c1-400
   summary+=("tests rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
-if [[ " $steps " == *" sanitize "* ]]; then
-  for tool in memcheck racecheck; do
-    t0=$(date +%s)
-    timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$kit/attn_test" \
-      prefill_kernels_small_cases_for_sanitizer >"$OUT/san_$tool.log" 2>&1
-    rc=$?
-    tail -4 "$OUT/san_$tool.log"
-    summary+=("$tool rc=$rc ($(( $(date +%s) - t0 ))s)")
-  done
-fi
 if [[ " $steps " == *" bench "* ]]; then
   t0=$(date +%s)
   DELTAKIT_BENCH_QUICK=1 timeout 120 "$kit/attn_bench" >"$OUT/quick.jsonl" 2>"$OUT/bench.err"
@@ -79,6 +71,18 @@ if [[ " $steps " == *" bench "* ]]; then
     --out "$OUT/table.md" >"$OUT/anchors.log" 2>&1
   rc=$?
   summary+=("anchors rc=$rc ($(( $(date +%s) - t0 ))s)")
+  [[ -f "$OUT/table.md" ]] && cat "$OUT/table.md"
+  printf '%s\n' "${summary[@]}"
+fi
+if [[ " $steps " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$kit/attn_test" \
+      prefill_kernels_small_cases_for_sanitizer >"$OUT/san_$tool.log" 2>&1
+    rc=$?
+    tail -4 "$OUT/san_$tool.log"
+    summary+=("$tool rc=$rc ($(( $(date +%s) - t0 ))s)")
+  done
 fi
 if [[ " $steps " == *" ncu "* ]]; then
   t0=$(date +%s)
@@ -89,6 +93,19 @@ if [[ " $steps " == *" ncu "* ]]; then
   ncu --import "$OUT/ncu_prefill_sm90.ncu-rep" --page details --section SpeedOfLight \
     --section Occupancy --section LaunchStats 2>/dev/null | grep -E "Duration|Throughput|Registers|Shared Memory Config|Achieved Occupancy|Block Limit" | head -20
   summary+=("ncu rc=$rc ($(( $(date +%s) - t0 ))s)")
+fi
+if [[ " $steps " == *" ncuq "* ]]; then
+  # Cheap profile of one kernel (ATTN_NCU_KERNEL: a regex on the mangled name, e.g. Li256ELb1ELi5E
+  # for tile variant 5): speed of light, warp stall reasons, scheduler issue rates, as text.
+  t0=$(date +%s)
+  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER=27b_tp1/8192 timeout 45 \
+    ncu --clock-control none --kernel-name-base mangled -k "regex:${ATTN_NCU_KERNEL:-prefill_kernel}" \
+    -c 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    "$kit/attn_bench" >"$OUT/ncu.txt" 2>&1
+  rc=$?
+  grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Active Warps|No Eligible|One or More" \
+    "$OUT/ncu.txt" | grep -v "^{" | cut -c1-120 | head -40
+  summary+=("ncuq rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
 [[ -f "$OUT/table.md" ]] && cat "$OUT/table.md"
 printf '%s\n' "${summary[@]}"

@@ -12,8 +12,9 @@ Timing: triton.testing.do_bench median. FLOPs as benches/attn.rs (causal: 2*2*H*
 
   python3 tools/bench_attn_anchors.py --deltakit quick.jsonl [--out table.md]
 
-Prints `shape | deltakit sm90 | deltakit triton | torch SDPA (backend) | ratio` (ratio = sm90
-throughput / SDPA throughput; > 1 means deltakit is faster) and the decode rows (GB/s of K/V
+Prints `shape | deltakit sm90 (and every other sm90* kernel of the sweep: ping-pong, tile
+variants) | deltakit triton | torch SDPA (backend) | ratios` (ratio = kernel throughput / SDPA
+throughput; > 1 means deltakit is faster) and the decode rows (GB/s of K/V
 read, fraction of the 4.25 TB/s copy ceiling).
 """
 import argparse
@@ -86,14 +87,18 @@ def main():
     args = ap.parse_args()
     rows = [json.loads(l) for l in open(args.deltakit) if l.startswith("{")]
     dk = {(r["group"], r["id"], r["kernel"]): r for r in rows}
-    lines = ["| shape | deltakit sm90 | deltakit sm90 ping-pong | deltakit triton | torch SDPA | "
-             "sm90 / SDPA | ping-pong / SDPA | best / 679 peak |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    # Every sm90 kernel name in the sweep (sm90 = the default, sm90pp, sm90v1.. = tile variants).
+    sm_names = sorted({r["kernel"] for r in rows if r["group"] == "attn_prefill" and r["kernel"].startswith("sm90")},
+                      key=lambda k: (k != "sm90", k))
+    lines = ["| shape | " + " | ".join(f"deltakit {k}" for k in sm_names) + " | deltakit triton | torch SDPA | "
+             + " | ".join(f"{k} / SDPA" for k in sm_names) + " | best / 679 peak |",
+             "| --- " * (2 * len(sm_names) + 4) + "|"]
     for sid, (b, hq, hkv, tq, tk, lr) in SHAPES.items():
-        sm = dk.get(("attn_prefill", sid, "sm90"))
-        pp = dk.get(("attn_prefill", sid, "sm90pp"))
+        sms = [dk.get(("attn_prefill", sid, k)) for k in sm_names]
+        if not any(sms):
+            continue
         tr = dk.get(("attn_prefill", sid, "triton"))
-        work = sm["work"] if sm else (tr["work"] if tr else None)
+        work = next((r["work"] for r in sms if r), tr["work"] if tr else None)
         us, label = sdpa_time_us(b, hq, hkv, tq, tk, lr)
 
         def fmt(r):
@@ -102,11 +107,11 @@ def main():
             return f"{r['work'] / r['us'] * 1e-6:.1f} TFLOP/s ({r['us']:.0f} us)"
 
         sd = f"{work / us * 1e-6:.1f} TFLOP/s ({us:.0f} us, {label})" if (us and work) else "-"
-        ratio = f"{us / sm['us']:.2f}" if (sm and us) else "-"
-        ratio_pp = f"{us / pp['us']:.2f}" if (pp and us) else "-"
-        best = min([r for r in (sm, pp) if r], key=lambda r: r["us"], default=None)
+        ratios = [f"{us / r['us']:.2f}" if (r and us) else "-" for r in sms]
+        best = min([r for r in sms if r], key=lambda r: r["us"], default=None)
         frac = f"{best['work'] / best['us'] * 1e-6 / PEAK_TFLOPS:.2f}" if best else "-"
-        lines.append(f"| {sid} | {fmt(sm)} | {fmt(pp)} | {fmt(tr)} | {sd} | {ratio} | {ratio_pp} | {frac} |")
+        lines.append(f"| {sid} | " + " | ".join(fmt(r) for r in sms) + f" | {fmt(tr)} | {sd} | "
+                     + " | ".join(ratios) + f" | {frac} |")
         print(lines[-1], flush=True)
     lines += ["", "| decode shape/rows | splits | time | K+V read | of 4.25 TB/s |",
               "| --- | --- | --- | --- | --- |"]

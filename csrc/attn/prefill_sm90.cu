@@ -7,13 +7,14 @@
 // token r / G, query head kvh * G + r % G), so every K/V tile is read once per GQA group. Grid:
 // (N * max_m_blocks, HKV); the heaviest (last) row blocks of a sequence launch first.
 //
-// Warp specialization (384 threads): warpgroup 0 is the producer (setmaxnreg down to 40 regs): it
-// gathers Q and then K/V tiles of BN cache positions with 16-byte cp.async from the paged cache
-// (any page size: one page lookup per position and tile), zero-filling rows past the causal end,
-// into 128-byte-swizzled shared memory, and signals full mbarriers (cp.async.mbarrier.arrive).
-// Warpgroups 1 and 2 are consumers (setmaxnreg up to 232) of 64 rows each: S = Q K^T with
-// wgmma m64nBNk16 (both operands from shared memory, K-major), online softmax in f32 (exp2, the
-// row max and sum per thread-quad), P packed to bf16 in registers, O += P V with wgmma
+// Warp specialization (384 threads): warpgroup 0 is the producer (setmaxnreg down to 40 regs; 56
+// in the hd-256 variants 4-8): it gathers Q and then K/V tiles of BN cache positions with 16-byte
+// cp.async from the paged cache (any page size: one page lookup per position and tile),
+// zero-filling rows past the causal end, into 128-byte-swizzled shared memory, and signals full
+// mbarriers (cp.async.mbarrier.arrive). Warpgroups 1 and 2 are consumers (setmaxnreg up to 232;
+// 224 in variants 4-8) of 64 rows each: S = Q K^T with wgmma m64nBNk16 (both operands from shared
+// memory, K-major), online softmax in f32 (exp2, the row max and sum per thread-quad), P packed to
+// bf16 in registers, O += P V with wgmma
 // m64nHDk16 (A from registers, V MN-major from shared memory). The QK^T of tile j+1 is issued
 // before the PV of tile j and its softmax runs while the PV product is in flight (intra-warpgroup
 // overlap). The K half of a stage goes back to the producer (its own empty mbarrier) as soon as
@@ -25,7 +26,11 @@
 // The producer computes each K/V row's cache offset once per tile (one lane per row, shared with
 // the lanes copying that row by shuffles, fetched one tile ahead) and reuses it for V.
 //
-// Shared memory per CTA (HD 256): Q 64 KB + 2 stages x (K 32 KB + V 32 KB) = 192 KB.
+// Shared memory per CTA (HD 256, variant 0): Q 64 KB + 2 stages x (K 32 KB + V 32 KB) = 192 KB;
+// the other hd-256 tile variants (BN 80 / BN 48 x 3 stages, see Cfg) use 224 / 208 KB. The
+// wrapper's default at hd 256 is variant 7 (src/ops/attn.rs SM90_DEFAULT_VARIANT): BN 80, late P,
+// 56/224 registers, FAST softmax (measured on an H200:
+// docs/benchmarks/2026-12-01-attn-prefill-sm90-round2.md).
 // Every operand tile is stored as HD/64 column blocks of [rows][64] bf16 (128 bytes per row, the
 // 16-byte chunk index XOR-ed with row % 8: the hardware's 128-byte swizzle, blocks 1024-aligned).
 #include <cuda_bf16.h>
@@ -47,29 +52,64 @@ namespace attn_sm90 {
 constexpr int kThreads = 384;
 constexpr int kBM = 128;
 
-template <int HD>
+// Tile configurations (VAR, DkAttnPrefillSm90Params::variant; head dim 256 only, the smaller head
+// dims have one): BN cache positions per K/V tile, STAGES K/V stages, LATE_P whether the
+// probabilities are exponentiated in place in the score registers and packed to bf16 only after
+// the previous PV product completed (FlashAttention-3's order: one P register set instead of two,
+// which is what lets BN = 80 fit in 232 registers) instead of packed during the softmax.
+//   0: BN 64, 2 stages, early P (192 KB of shared memory);   1: BN 80, 2 stages, late P (224 KB);
+//   2: BN 64, 2 stages, late P (192 KB);                      3: BN 48, 3 stages, late P (208 KB);
+//   4: as 2 with 56 registers for the producer and 224 for the consumers (no producer spills);
+//   5: as 1 with the registers of 4;
+//   6: as 5 with the producer loading K one tile ahead of V (order K0 K1 V0 K2 V1 ..., REORDER: the
+//      next K tile no longer waits behind the release of the V stage, which comes later);
+//   7: as 5 with FAST softmax (max of the raw scores, one FFMA per score for scale and shift;
+//      the 128-register O rescale skipped when no row max of the warp changed; scale > 0 only);
+//   8: as 5 with both.
+// PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
+constexpr int kVariants = 9;
+template <int HD, int VAR>
 struct Cfg;
-template <>
-struct Cfg<256> {
-  static constexpr int BN = 64;
-  static constexpr int STAGES = 2;
+template <int VAR>
+struct Cfg<256, VAR> {
+  static constexpr int BN = (VAR == 1 || VAR >= 5) ? 80 : (VAR == 3 ? 48 : 64);
+  static constexpr int STAGES = VAR == 3 ? 3 : 2;
+  static constexpr bool LATE_P = VAR != 0;
+  static constexpr int PROD_REGS = VAR >= 4 ? 56 : 40;
+  static constexpr int CONS_REGS = VAR >= 4 ? 224 : 232;
+  static constexpr bool REORDER = VAR == 6 || VAR == 8;
+  static constexpr bool FAST = VAR == 7 || VAR == 8;
 };
-template <>
-struct Cfg<128> {
+template <int VAR>
+struct Cfg<128, VAR> {
   static constexpr int BN = 128;
   static constexpr int STAGES = 2;
+  static constexpr bool LATE_P = false;
+  static constexpr int PROD_REGS = 40;
+  static constexpr int CONS_REGS = 232;
+  static constexpr bool REORDER = false;
+  static constexpr bool FAST = false;
 };
-template <>
-struct Cfg<64> {
+template <int VAR>
+struct Cfg<64, VAR> {
   static constexpr int BN = 128;
   static constexpr int STAGES = 2;
+  static constexpr bool LATE_P = false;
+  static constexpr int PROD_REGS = 40;
+  static constexpr int CONS_REGS = 232;
+  static constexpr bool REORDER = false;
+  static constexpr bool FAST = false;
 };
 
-template <int HD>
+template <int HD, int VAR>
 constexpr size_t smem_bytes() {
-  return size_t(kBM) * HD * 2 + size_t(Cfg<HD>::STAGES) * 2 * Cfg<HD>::BN * HD * 2 +
-         8 * (1 + 4 * Cfg<HD>::STAGES) + 1024;
+  return size_t(kBM) * HD * 2 +
+         size_t(Cfg<HD, VAR>::STAGES) * 2 * Cfg<HD, VAR>::BN * HD * 2 +
+         8 * (1 + 4 * Cfg<HD, VAR>::STAGES) + 1024;
 }
+static_assert(smem_bytes<256, 1>() <= 227 * 1024, "BN 80 fits the 227 KB opt-in limit");
+static_assert(smem_bytes<256, 5>() == smem_bytes<256, 1>());
+static_assert(smem_bytes<256, 3>() <= 227 * 1024, "3 stages of BN 48 fit");
 
 struct Args {
   DkAttnPrefillSm90Params p;
@@ -154,8 +194,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 template <int N>
 __device__ __forceinline__ void qk_gemm(float (&s)[N], uint64_t dq, uint64_t dk);
 template <>
+__device__ __forceinline__ void qk_gemm<24>(float (&s)[24], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n48k16(s, dq, dk, 0);
+}
+template <>
 __device__ __forceinline__ void qk_gemm<32>(float (&s)[32], uint64_t dq, uint64_t dk) {
   sm90::wgmma_ss_m64n64k16(s, dq, dk, 0);
+}
+template <>
+__device__ __forceinline__ void qk_gemm<40>(float (&s)[40], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n80k16(s, dq, dk, 0);
 }
 template <>
 __device__ __forceinline__ void qk_gemm<64>(float (&s)[64], uint64_t dq, uint64_t dk) {
@@ -164,8 +212,16 @@ __device__ __forceinline__ void qk_gemm<64>(float (&s)[64], uint64_t dq, uint64_
 template <int N>
 __device__ __forceinline__ void qk_gemm_acc(float (&s)[N], uint64_t dq, uint64_t dk);
 template <>
+__device__ __forceinline__ void qk_gemm_acc<24>(float (&s)[24], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n48k16(s, dq, dk, 1);
+}
+template <>
 __device__ __forceinline__ void qk_gemm_acc<32>(float (&s)[32], uint64_t dq, uint64_t dk) {
   sm90::wgmma_ss_m64n64k16(s, dq, dk, 1);
+}
+template <>
+__device__ __forceinline__ void qk_gemm_acc<40>(float (&s)[40], uint64_t dq, uint64_t dk) {
+  sm90::wgmma_ss_m64n80k16(s, dq, dk, 1);
 }
 template <>
 __device__ __forceinline__ void qk_gemm_acc<64>(float (&s)[64], uint64_t dq, uint64_t dk) {
@@ -208,11 +264,15 @@ __device__ __forceinline__ void load_tile(uint32_t tile, int t, const void* vali
 // PP: "ping-pong" ordering of the two consumer warpgroups (named barriers 1 and 2): a
 // warpgroup issues its GEMMs of an iteration only after the other one issued its own, so one
 // warpgroup's softmax runs while the other's GEMMs use the tensor cores.
-template <int HD, bool PP>
+template <int HD, bool PP, int VAR>
 __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_constant__ Args a) {
 #ifdef DK_ATTN_SM90A
-  constexpr int BN = Cfg<HD>::BN;
-  constexpr int ST = Cfg<HD>::STAGES;
+  constexpr int BN = Cfg<HD, VAR>::BN;
+  constexpr int ST = Cfg<HD, VAR>::STAGES;
+  constexpr bool LATE_P = Cfg<HD, VAR>::LATE_P;
+  constexpr bool REORDER = Cfg<HD, VAR>::REORDER;
+  constexpr bool FAST = Cfg<HD, VAR>::FAST;
+  static_assert(128 * Cfg<HD, VAR>::PROD_REGS + 256 * Cfg<HD, VAR>::CONS_REGS <= 65536);
   constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
   const DkAttnPrefillSm90Params& p = a.p;
   const int G = a.group;
@@ -275,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg<HD, VAR>::PROD_REGS));
     load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
       const int64_t vr = m0 + r;
       return vr < rows_total ? q + row_off(vr) : nullptr;
@@ -309,33 +369,58 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       if (page < 0 || page >= num_pages) return -1;
       return ((int64_t(page) * ps + pos % ps) * hkv + kvh) * HD;
     };
-    int64_t off = row_offset(0);
-    for (int j = 0; j < n_tiles; ++j) {
+    // Copies the K (kv = 0) or V (kv = 1) rows of tile j, whose row offsets are `off`.
+    auto copy_tile = [&](int j, int kv, int64_t off) {
       const int s = j % ST;
-#pragma unroll 1
-      for (int kv = 0; kv < 2; ++kv) {
-        // K of tile j - ST is free once its QK^T product completed, V once its PV product did.
-        if (j >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), uint32_t((j / ST) - 1) & 1u);
-        const __nv_bfloat16* cache = kv == 0 ? kc : vc;
-        const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cb;
+      // K of tile j - ST is free once its QK^T product completed, V once its PV product did.
+      if (j >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), uint32_t((j / ST) - 1) & 1u);
+      const __nv_bfloat16* cache = kv == 0 ? kc : vc;
+      const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cb;
 #pragma unroll 4
-        for (int pass = 0; pass < PASSES; ++pass) {
-          const int64_t o = __shfl_sync(0xffffffffu, off, pass * RPW + lane / CPR);
-          const int r = pass * 4 * RPW + warp * RPW + lane / CPR;
-          const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
-          cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
-                      o >= 0 ? 16u : 0u);
-        }
-        cp_async_arrive(kv == 0 ? full_k(s) : full_v(s));
+      for (int pass = 0; pass < PASSES; ++pass) {
+        const int64_t o = __shfl_sync(0xffffffffu, off, pass * RPW + lane / CPR);
+        const int r = pass * 4 * RPW + warp * RPW + lane / CPR;
+        const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+        cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
+                    o >= 0 ? 16u : 0u);
       }
-      if (j + 1 < n_tiles) off = row_offset(j + 1);
+      cp_async_arrive(kv == 0 ? full_k(s) : full_v(s));
+    };
+    if constexpr (REORDER) {
+      // K0, K1, V0, K2, V1, ..., V(n-1): the consumers' order (QK^T of tile j+1 is issued before
+      // the PV of tile j), so a free K stage is refilled without waiting for the V release before
+      // it. One copy site (code size and registers): step 2t+1 copies K(t+1), step 2t+2 V(t).
+      int64_t off_v = row_offset(0);                    // offsets of the next V tile
+      int64_t off_k = off_v;                            // offsets of the next K tile
+      int64_t off_h = 0;                                // offsets of the last K tile (its V later)
+#pragma unroll 1
+      for (int step = 0; step < 2 * n_tiles; ++step) {
+        const bool last = step == 2 * n_tiles - 1;
+        const bool is_k = !last && (step == 0 || (step & 1));
+        const int j = is_k ? (step + 1) / 2 : (last ? n_tiles - 1 : step / 2 - 1);
+        copy_tile(j, is_k ? 0 : 1, is_k ? off_k : off_v);
+        if (is_k) {
+          off_h = off_k;
+          if (j + 1 < n_tiles) off_k = row_offset(j + 1);
+        } else {
+          off_v = off_h;
+        }
+      }
+    } else {
+      int64_t off = row_offset(0);
+#pragma unroll 1
+      for (int j = 0; j < n_tiles; ++j) {
+        copy_tile(j, 0, off);
+        copy_tile(j, 1, off);
+        if (j + 1 < n_tiles) off = row_offset(j + 1);
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 
   // ---------------- consumer warpgroups ----------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg<HD, VAR>::CONS_REGS));
   const int ct = tid - 128;
   const int w = ct / 128;
   const int lane = tid % 32;
@@ -363,15 +448,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     mbar_wait(full_k(st), uint32_t(j / ST) & 1u);
     fence_proxy_async();
     const uint64_t dk = make_desc(sKV + uint32_t(2 * st) * TILE, 16, 1024);
+    // Opaque copy of the Q descriptor: recomputing its 16 column offsets here costs a few
+    // integer adds; hoisted out of the loop they cost 32 registers (spilled at BN 80).
+    uint64_t dqv = dq;
+    asm volatile("" : "+l"(dqv));
     wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < HD / 16; ++kc) {
       const uint64_t oq = uint64_t(((kc / 4) * kBM * 128 + (kc % 4) * 32) >> 4);
       const uint64_t ok = uint64_t(((kc / 4) * BN * 128 + (kc % 4) * 32) >> 4);
       if (kc == 0) {
-        qk_gemm<NS>(s, dq + oq, dk + ok);
+        qk_gemm<NS>(s, dqv + oq, dk + ok);
       } else {
-        qk_gemm_acc<NS>(s, dq + oq, dk + ok);
+        qk_gemm_acc<NS>(s, dqv + oq, dk + ok);
       }
     }
     wgmma_commit();
@@ -393,12 +482,14 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   auto softmax = [&](int j, float& mn0, float& mn1, float& ls0, float& ls1) {
     const bool masked = j >= n_full;
     const int col0 = j * BN + 2 * (lane % 4);
-    float mx0 = mn0, mx1 = mn1;
+    // FAST: the max runs over the raw scores (scale > 0: the same maximum after scaling) and
+    // each exponent is one FFMA, s * scale - max.
+    float mx0 = FAST ? -INFINITY : mn0, mx1 = FAST ? -INFINITY : mn1;
 #pragma unroll
     for (int i = 0; i < NS / 4; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[4 * i + e] * cl2;
+        float x = FAST ? s[4 * i + e] : s[4 * i + e] * cl2;
         if (masked) {
           const int pos = col0 + 8 * i + (e & 1);
           if (pos > (e < 2 ? qpos0 : qpos1)) x = -INFINITY;
@@ -412,22 +503,54 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    if constexpr (FAST) {
+      mx0 = fmaxf(mn0, mx0 * cl2);
+      mx1 = fmaxf(mn1, mx1 * cl2);
+    }
     mn0 = mx0;
     mn1 = mx1;
     float a0 = 0.f, a1 = 0.f;
 #pragma unroll
     for (int i = 0; i < NS / 4; ++i) {
-      const float p0 = fast_exp2(s[4 * i] - mx0);
-      const float p1 = fast_exp2(s[4 * i + 1] - mx0);
-      const float p2 = fast_exp2(s[4 * i + 2] - mx1);
-      const float p3 = fast_exp2(s[4 * i + 3] - mx1);
+      float p0, p1, p2, p3;
+      if constexpr (FAST) {
+        p0 = fast_exp2(fmaf(s[4 * i], cl2, -mx0));
+        p1 = fast_exp2(fmaf(s[4 * i + 1], cl2, -mx0));
+        p2 = fast_exp2(fmaf(s[4 * i + 2], cl2, -mx1));
+        p3 = fast_exp2(fmaf(s[4 * i + 3], cl2, -mx1));
+      } else {
+        p0 = fast_exp2(s[4 * i] - mx0);
+        p1 = fast_exp2(s[4 * i + 1] - mx0);
+        p2 = fast_exp2(s[4 * i + 2] - mx1);
+        p3 = fast_exp2(s[4 * i + 3] - mx1);
+      }
       a0 += p0 + p1;
       a1 += p2 + p3;
-      pn[2 * i] = pack_bf16(p0, p1);
-      pn[2 * i + 1] = pack_bf16(p2, p3);
+      if constexpr (LATE_P) {
+        s[4 * i] = p0;
+        s[4 * i + 1] = p1;
+        s[4 * i + 2] = p2;
+        s[4 * i + 3] = p3;
+      } else {
+        pn[2 * i] = pack_bf16(p0, p1);
+        pn[2 * i + 1] = pack_bf16(p2, p3);
+      }
     }
     ls0 = a0;
     ls1 = a1;
+  };
+
+  // The P operand of the next PV product: from `pn` (early P) or packed from `s` (late P; only
+  // once the previous PV product, which reads `pa`, completed).
+  auto take_p = [&]() {
+#pragma unroll
+    for (int i = 0; i < NS / 2; ++i) {
+      if constexpr (LATE_P) {
+        pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+      } else {
+        pa[i] = pn[i];
+      }
+    }
   };
 
   mbar_wait(barQ, 0);
@@ -466,8 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     m_1 = mn1;
     l_0 = ls0;
     l_1 = ls1;
-#pragma unroll
-    for (int i = 0; i < NS / 2; ++i) pa[i] = pn[i];
+    take_p();
   }
   // Steady state: QK^T of tile j+1 and PV of tile j in flight together; softmax of j+1 overlaps
   // the PV product. The last tile runs its PV product alone.
@@ -485,21 +607,24 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     fence_regs(o);
     fence_regs(pa);
     mbar_arrive(empty_v(j % ST));
-    const float al0 = fast_exp2(m_0 - mn0);
-    const float al1 = fast_exp2(m_1 - mn1);
+    // FAST: an unchanged row max gives exactly 1 (no rescale); the warp skips the 128
+    // multiplies when none of its 16 rows changed.
+    const float al0 = (FAST && m_0 == mn0) ? 1.f : fast_exp2(m_0 - mn0);
+    const float al1 = (FAST && m_1 == mn1) ? 1.f : fast_exp2(m_1 - mn1);
+    if (!FAST || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < NO / 4; ++i) {
-      o[4 * i] *= al0;
-      o[4 * i + 1] *= al0;
-      o[4 * i + 2] *= al1;
-      o[4 * i + 3] *= al1;
+      for (int i = 0; i < NO / 4; ++i) {
+        o[4 * i] *= al0;
+        o[4 * i + 1] *= al0;
+        o[4 * i + 2] *= al1;
+        o[4 * i + 3] *= al1;
+      }
     }
     l_0 = l_0 * al0 + ls0;
     l_1 = l_1 * al1 + ls1;
     m_0 = mn0;
     m_1 = mn1;
-#pragma unroll
-    for (int i = 0; i < NS / 2; ++i) pa[i] = pn[i];
+    take_p();
   }
   turn_wait();
   issue_pv(n_tiles - 1);
@@ -534,20 +659,20 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 
 // Whether `kernel` runs from sm_90a code on the current device: SASS (or PTX) built for 9.0
 // features, not a JIT of a lower arch's PTX (whose body is empty). Cached per device.
-template <int HD, bool PP>
+template <int HD, bool PP, int VAR>
 dk_status prepare(int dev) {
   static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 unsupported (zero-initialized)
   if (dev < 0 || dev >= 64) return DK_ERR_NO_KERNEL_IMAGE;
   if (state[dev].load(std::memory_order_acquire) == 0) {
     cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, prefill_kernel<HD, PP>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, prefill_kernel<HD, PP, VAR>) != cudaSuccess) {
       (void)cudaGetLastError();
       state[dev] = 2;
     } else if (attr.binaryVersion != 90 || attr.ptxVersion < 90) {
       state[dev] = 2;
-    } else if (cudaFuncSetAttribute(prefill_kernel<HD, PP>,
+    } else if (cudaFuncSetAttribute(prefill_kernel<HD, PP, VAR>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem_bytes<HD>())) != cudaSuccess) {
+                                    int(smem_bytes<HD, VAR>())) != cudaSuccess) {
       (void)cudaGetLastError();
       state[dev] = 2;
     } else {
@@ -557,14 +682,14 @@ dk_status prepare(int dev) {
   return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
 }
 
-template <int HD, bool PP>
+template <int HD, bool PP, int VAR>
 dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     set_last_cuda_error(static_cast<int>(cudaGetLastError()));
     return DK_ERR_CUDA;
   }
-  const dk_status st = prepare<HD, PP>(dev);
+  const dk_status st = prepare<HD, PP, VAR>(dev);
   if (st != DK_OK) return st;
   Args a;
   a.p = p;
@@ -572,8 +697,8 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
-  prefill_kernel<HD, PP><<<dim3(unsigned(gx), unsigned(p.n_kv_heads)), kThreads,
-                           smem_bytes<HD>(), stream>>>(a);
+  prefill_kernel<HD, PP, VAR><<<dim3(unsigned(gx), unsigned(p.n_kv_heads)), kThreads,
+                           smem_bytes<HD, VAR>(), stream>>>(a);
   return launch_status();
 }
 
@@ -585,7 +710,8 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
   if (p->n_kv_heads <= 0 || p->n_q_heads <= 0 || p->n_q_heads % p->n_kv_heads != 0 ||
       p->num_seqs <= 0 || p->max_seqlen <= 0 || p->page_size <= 0 || p->max_pages <= 0 ||
       p->num_pages <= 0 || p->num_tokens <= 0 || p->max_seqlen > p->num_tokens ||
-      p->schedule < 0 || p->schedule > 1) {
+      p->schedule < 0 || p->schedule > 1 || p->variant < 0 ||
+      p->variant >= dk::attn_sm90::kVariants) {
     return DK_ERR_INVALID_ARGUMENT;
   }
   // Positions are 32-bit inside the kernel.
@@ -598,15 +724,37 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
   }
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   const bool pp = p->schedule == 1;
+  namespace a = dk::attn_sm90;
   switch (p->head_dim) {
-    case 64:
-      return pp ? dk::attn_sm90::launch<64, true>(*p, s) : dk::attn_sm90::launch<64, false>(*p, s);
+    case 64:  // one tile configuration: `variant` ignored
+      return pp ? a::launch<64, true, 0>(*p, s) : a::launch<64, false, 0>(*p, s);
     case 128:
-      return pp ? dk::attn_sm90::launch<128, true>(*p, s)
-                : dk::attn_sm90::launch<128, false>(*p, s);
+      return pp ? a::launch<128, true, 0>(*p, s) : a::launch<128, false, 0>(*p, s);
     case 256:
-      return pp ? dk::attn_sm90::launch<256, true>(*p, s)
-                : dk::attn_sm90::launch<256, false>(*p, s);
+      switch (p->variant) {
+        case 0:
+          return pp ? a::launch<256, true, 0>(*p, s) : a::launch<256, false, 0>(*p, s);
+        // Variants 1-8 are built with the ping-pong schedule only.
+        case 1:
+          return pp ? a::launch<256, true, 1>(*p, s) : DK_ERR_UNSUPPORTED;
+        case 2:
+          return pp ? a::launch<256, true, 2>(*p, s) : DK_ERR_UNSUPPORTED;
+        case 3:
+          return pp ? a::launch<256, true, 3>(*p, s) : DK_ERR_UNSUPPORTED;
+        case 4:
+          return pp ? a::launch<256, true, 4>(*p, s) : DK_ERR_UNSUPPORTED;
+        case 5:
+          return pp ? a::launch<256, true, 5>(*p, s) : DK_ERR_UNSUPPORTED;
+        case 6:
+          return pp ? a::launch<256, true, 6>(*p, s) : DK_ERR_UNSUPPORTED;
+        // FAST softmax needs scale > 0 (max of the raw scores): else the same tiles without it.
+        case 7:
+          if (!pp) return DK_ERR_UNSUPPORTED;
+          return p->scale > 0.f ? a::launch<256, true, 7>(*p, s) : a::launch<256, true, 5>(*p, s);
+        default:
+          if (!pp) return DK_ERR_UNSUPPORTED;
+          return p->scale > 0.f ? a::launch<256, true, 8>(*p, s) : a::launch<256, true, 6>(*p, s);
+      }
     default:
       return DK_ERR_UNSUPPORTED;
   }

@@ -85,6 +85,14 @@ typedef struct DkAttnPrefillSm90Params {
   /** 0: the two consumer warpgroups issue their GEMMs freely; 1: ping-pong (they take turns,
    * one warpgroup's softmax overlapping the other's GEMMs). Same results. */
   int32_t schedule;
+  /** Tile configuration at head dim 256 (ignored at 64 / 128): 0 = 64-position K/V tiles, 2
+   * stages; 1 = 80-position tiles, 2 stages, P packed after the previous PV product; 2 = 64, 2
+   * stages, late P; 3 = 48, 3 stages, late P; 4 = as 2 with 56 producer / 224 consumer registers;
+   * 5 = as 1 with those registers; 6 = as 5, the producer loading K one tile ahead of V; 7 = as
+   * 5 with the fast softmax (raw-score max, FFMA exponents, O rescale skipped when no row max
+   * changed; needs scale > 0, else variant 5 runs); 8 = 6 + 7. Variants 1-8 need schedule 1 (else
+   * DK_ERR_UNSUPPORTED); outside 0..=8: DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
+  int32_t variant;
 } DkAttnPrefillSm90Params;
 
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */

@@ -449,6 +449,17 @@ pub enum PrefillKernel {
     /// The sm_90a CUDA kernel with the ping-pong schedule of its two consumer warpgroups (they
     /// take turns issuing GEMMs), else Triton. Same results as `Auto`.
     Sm90PingPong,
+    /// The sm_90a CUDA kernel, ping-pong schedule, with an explicit tile configuration at head
+    /// dim 256 (`DkAttnPrefillSm90Params::variant`; ignored at 64 / 128), else Triton. 0: 64-position
+    /// K/V tiles, 2 stages; 1: 80-position tiles, 2 stages, P packed to bf16 after the previous PV
+    /// product; 2: 64, 2 stages, late P; 3: 48, 3 stages, late P; 4: as 2 with 56 producer / 224
+    /// consumer registers; 5: as 1 with those registers; 6: as 5 with the producer
+    /// loading K one tile ahead of V; 7: as 5 with the fast softmax (raw-score max, one FFMA per
+    /// exponent, O rescale skipped when no row max changed; scale > 0, else 5 runs; the default);
+    /// 8: 6 + 7.
+    /// Same results up to rounding. Values above 8 are rejected ([`crate::Error::Shape`] naming
+    /// `kernel`).
+    Sm90Variant(u8),
     /// The portable Triton AOT kernel.
     Triton,
 }
@@ -456,6 +467,15 @@ pub enum PrefillKernel {
 /// The sm_90a kernel's default consumer schedule: 1 = ping-pong, 0 = free-running (ping-pong
 /// measured 1-2.5% faster at every issue-14 shape on an H200, 2026-12-01).
 const SM90_DEFAULT_SCHEDULE: i32 = 1;
+
+/// The sm_90a kernel's default tile configuration at head dim 256 (see
+/// [`PrefillKernel::Sm90Variant`]): 7 = 80-position K/V tiles, late P, 56/224 registers, fast
+/// softmax; on an H200 (2026-12-01, round 2) correct in every test and 1.15-1.24x variant 0 (the
+/// round-1 kernel) at every issue-14 shape, 0.99-1.05x variant 5.
+const SM90_DEFAULT_VARIANT: i32 = 7;
+
+/// The largest tile variant `dk_attn_prefill_sm90` accepts.
+const SM90_MAX_VARIANT: u8 = 8;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -477,6 +497,11 @@ pub fn prefill_with<I: DevicePtr<i32>>(
 ) -> Result<()> {
     const OP: &str = "attn.prefill";
     check_dims(OP, dims)?;
+    if let PrefillKernel::Sm90Variant(v) = kernel {
+        if v > SM90_MAX_VARIANT {
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=8", v));
+        }
+    }
     let row = dims.n_q_heads * dims.head_dim;
     let t = *batch.host_cu_seqlens.last().unwrap_or(&0) as usize;
     validate::len(OP, "q", q.len(), t * row)?;
@@ -518,8 +543,11 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     }
     let i64_of = |arg, x| validate::i64_of(OP, arg, x);
     if kernel != PrefillKernel::Triton {
-        let schedule =
-            if kernel == PrefillKernel::Sm90PingPong { 1 } else { SM90_DEFAULT_SCHEDULE };
+        let (schedule, variant) = match kernel {
+            PrefillKernel::Sm90PingPong => (1, SM90_DEFAULT_VARIANT),
+            PrefillKernel::Sm90Variant(v) => (1, i32::from(v)),
+            _ => (SM90_DEFAULT_SCHEDULE, SM90_DEFAULT_VARIANT),
+        };
         let params = ffi::DkAttnPrefillSm90Params {
             q: qp,
             k_cache: kp,
@@ -539,6 +567,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
             num_pages: i64_of("kv.num_pages", kv.num_pages)?,
             scale,
             schedule,
+            variant,
         };
         // SAFETY: live buffers of the checked extents; metadata validated on the host copies; the
         // kernel reads out-of-range page ids as zeros and clamps cu_seqlens.
