@@ -60,7 +60,7 @@ def parse_args():
     p.add_argument("--fla-prefill", default="", help="prefill shapes (keys as --prefill) that also run FLA "
                    "(its Triton autotune takes ~45 s a shape)")
     p.add_argument("--prefill-variants", action="store_true",
-                   help="also time deltakit prefill with state-pass BV 64 / output-pass BV 128 (JIT, not in the library)")
+                   help="also time the deltakit prefill variants of PREFILL_VARIANTS (W-split, fused kkt+solve, state tiles)")
     return p.parse_args()
 
 
@@ -290,46 +290,87 @@ PREFILL = {
 }
 
 
-def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, over=None):
-    """deltakit chunk prefill: the 7 launches of src/ops/gdr/chunk_prefill.rs (precomputed gating, l2 norm,
-    initial state from the slots), workspace allocated once."""
+# deltakit prefill pipelines (JIT). LIB_CFG = what src/ops/gdr/chunk_prefill.rs launches by default (7 launches:
+# kkt, solve, wu with f32 W, state BV 32, out); "wsplit" = DELTAKIT_GDR_PREFILL=wsplit (K = V = 128: W as bf16
+# hi / lo planes, state BV 16 where N * H_v <= 33, else 32). A config: prep (split | staged | fused: the
+# gdr_chunk_kkt_solve_kernel forms), wsplit (0 | 1), state_bv / state_nw / state_ns / state_maxnreg (None: the
+# manifest's / the wrapper's rule), wu_splitz (0 | 1) / wu_nw / wu_maxnreg (the W/U pass).
+LIB_CFG = {"prep": "split", "wsplit": 0}
+# Variants timed with --prefill-variants (whole call + WY stages where the prep differs, else the state pass
+# alone; relative errors vs LIB_CFG).
+PREFILL_VARIANTS = {
+    "wsplit": {"prep": "split", "wsplit": 1},
+    "prep_staged": {"prep": "staged", "wsplit": 0},
+    "prep_fused_1warp": {"prep": "fused", "wsplit": 0},
+    "ws_bv16": {"prep": "split", "wsplit": 1, "state_bv": 16},
+    "ws_bv32": {"prep": "split", "wsplit": 1, "state_bv": 32},
+    "ws_bv32_s3": {"prep": "split", "wsplit": 1, "state_bv": 32, "state_ns": 3},
+    "ws_bv64_w8": {"prep": "split", "wsplit": 1, "state_bv": 64, "state_nw": 8},
+    "f32w_bv16": {"prep": "split", "wsplit": 0, "state_bv": 16},
+    # W/U pass split over grid z (W and U in separate programs: 144 / 190 registers at 8 / 4 warps vs 216).
+    "wu_splitz_w4": {"prep": "split", "wsplit": 0, "wu_splitz": 1, "wu_nw": 4},
+    "wu_splitz_w8": {"prep": "split", "wsplit": 0, "wu_splitz": 1, "wu_nw": 8},
+}
+
+
+def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, cfg=None):
+    """deltakit chunk prefill: the launches of src/ops/gdr/chunk_prefill.rs (precomputed gating, l2 norm,
+    initial state from the slots) for the pipeline config `cfg` (default LIB_CFG), workspace allocated once.
+    Returns stages(which): which = letters of m (offsets + map), k (kkt or kkt_solve), v (solve, split prep
+    only), w (wu), s (state), o (out); p = kvw."""
+    cfg = {**LIB_CFG, **(cfg or {})}
     nt = t // 64 + n
     dev = q.device
+    ws_ = cfg["wsplit"]
     ws = dict(coff=torch.empty(n + 1, device=dev, dtype=torch.int32), cseq=torch.empty(nt, device=dev, dtype=torch.int32),
               gcum=torch.empty(t * hv, device=dev), betaw=torch.empty(t * hv, device=dev),
               A=torch.empty(t * hv * 64, device=dev), w=torch.empty(t * hv * K, device=dev),
               u=torch.empty(t * hv * V, device=dev), h=torch.empty(nt * hv * K * V, device=dev, dtype=torch.bfloat16))
-    over = over or {}
+    wbuf = ws["w"].view(torch.bfloat16) if ws_ else ws["w"]
 
-    def e(name):
-        ent = dict(ents[name])
-        if name in over:
-            ent["constexprs"] = {**ent.get("constexprs", {}), **over[name]}
-        return ent
-    opt = lambda name: dict(num_warps=e(name)["num_warps"], num_stages=e(name)["num_stages"], **e(name).get("constexprs", {}))  # noqa: E731
+    def opt(name, extra=None, nw=None, ns=None, maxnreg=None):
+        ent = ents[name]
+        o_ = dict(num_warps=nw or ent["num_warps"], num_stages=ns or ent["num_stages"], **ent.get("constexprs", {}))
+        o_.update(extra or {})
+        if maxnreg:
+            o_["maxnreg"] = maxnreg
+        return o_
     ns = pool.shape[0]
     iters = max(1, int(n).bit_length())
     a_dummy = q  # fused = 0: a/b/A_log/dt_bias unused (bf16 / f32 pointers of any live buffer)
+    sbv = cfg.get("state_bv") or (16 if (ws_ and n * hv <= 33) else 32)
+    s_opt = opt("gdr_chunk_state_k128v128", {"BV": sbv, "WSPLIT": ws_}, cfg.get("state_nw"), cfg.get("state_ns"),
+                cfg.get("state_maxnreg"))
+    wz = cfg.get("wu_splitz", 0)
+    w_opt = opt("gdr_chunk_wu_k128v128", {"WSPLIT": ws_, "SPLITZ": wz}, cfg.get("wu_nw"), None, cfg.get("wu_maxnreg"))
+    if cfg["prep"] == "split":
+        k_opt = opt("gdr_chunk_kkt_k128")
+    else:
+        # gdr_chunk_kkt_solve_kernel is not in the manifest: the kkt entry's constexprs + the solve's PREC.
+        k_opt = opt("gdr_chunk_kkt_k128", {"PREC": 1, "STAGED": int(cfg["prep"] == "staged")},
+                    nw=1 if cfg["prep"] == "fused" else 4, ns=1)
 
-    def stages(which="mpso"):
+    def stages(which="mkvwso"):
+        which = which.replace("p", "kvw")
         if "m" in which:
             cp.gdr_chunk_offsets_kernel[(1,)](cu, ws["coff"], n, t, nt, **opt("gdr_chunk_offsets"))
             cp.gdr_chunk_map_kernel[((nt + 127) // 128,)](ws["coff"], ws["cseq"], n, nt, iters, **opt("gdr_chunk_map"))
-        if "p" in which:
-            cp.gdr_chunk_kkt_kernel[(nt, hv)](k, glog, beta, a_dummy, a_dummy, glog, glog, cu, slots, ws["coff"], ws["cseq"],
-                                              ws["gcum"], ws["betaw"], ws["A"], t, ns, hk, hv, hk * K, hv, 1, 0,
-                                              **opt("gdr_chunk_kkt_k128"))
+        if "k" in which:
+            kfn = cp.gdr_chunk_kkt_kernel if cfg["prep"] == "split" else cp.gdr_chunk_kkt_solve_kernel
+            kfn[(nt, hv)](k, glog, beta, a_dummy, a_dummy, glog, glog, cu, slots, ws["coff"], ws["cseq"],
+                          ws["gcum"], ws["betaw"], ws["A"], t, ns, hk, hv, hk * K, hv, 1, 0, **k_opt)
+        if "v" in which and cfg["prep"] == "split":
             cp.gdr_chunk_solve_kernel[(nt, hv)](ws["A"], cu, slots, ws["coff"], ws["cseq"], t, ns, hv,
                                                 **opt("gdr_chunk_solve"))
-            cp.gdr_chunk_wu_kernel[(nt, hv)](k, v, ws["betaw"], ws["gcum"], ws["A"], ws["w"], ws["u"], cu, slots, ws["coff"],
-                                             ws["cseq"], t, ns, hk, hv, hk * K, hv * V, 1, **opt("gdr_chunk_wu_k128v128"))
+        if "w" in which:
+            cp.gdr_chunk_wu_kernel[(nt, hv, 2 if wz else 1)](k, v, ws["betaw"], ws["gcum"], ws["A"], wbuf, ws["u"], cu,
+                                                             slots, ws["coff"], ws["cseq"], t, ns, hk, hv, hk * K,
+                                                             hv * V, 1, **w_opt)
         if "s" in which:
-            bv = e("gdr_chunk_state_k128v128")["constexprs"]["BV"]
-            cp.gdr_chunk_state_kernel[(n, hv, V // bv)](k, ws["w"], ws["u"], ws["gcum"], ws["h"], pool, cu, slots, slots,
-                                                        ws["coff"], t, ns, hk, hv, hk * K, 1, 1,
-                                                        **opt("gdr_chunk_state_k128v128"))
+            cp.gdr_chunk_state_kernel[(n, hv, V // sbv)](k, wbuf, ws["u"], ws["gcum"], ws["h"], pool, cu, slots, slots,
+                                                         ws["coff"], t, ns, hk, hv, hk * K, 1, 1, **s_opt)
         if "o" in which:
-            bvo = e("gdr_chunk_out_k128v128")["constexprs"]["BV"]
+            bvo = ents["gdr_chunk_out_k128v128"]["constexprs"]["BV"]
             cp.gdr_chunk_out_kernel[(nt, hv, V // bvo)](q, k, ws["u"], ws["gcum"], ws["h"], o, cu, slots, ws["coff"],
                                                         ws["cseq"], t, ns, hk, hv, hk * K, hk * K, 1, K ** -0.5,
                                                         **opt("gdr_chunk_out_k128v128"))
@@ -370,24 +411,27 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens):
             outs["dk"] = (o.clone(), pool[slots.long()].transpose(-1, -2).clone())
             r["ms"] = gpu_ms(st)
             r["TFLOPs"] = tf(r["ms"])
-            for s_ in "mpso":
+            for s_ in "mkvwso":
                 r[f"stage_{s_}_ms"] = gpu_ms(lambda s_=s_: st(s_), reps=10)
             if ARGS.prefill_variants:
-                for vn, ov in (("state_bv64", {"gdr_chunk_state_k128v128": {"BV": 64}}),
-                               ("state_bv16", {"gdr_chunk_state_k128v128": {"BV": 16}}),
-                               ("out_bv128", {"gdr_chunk_out_k128v128": {"BV": 128}})):
+                for vn, cfg in PREFILL_VARIANTS.items():
                     rv = row.setdefault("dk:" + vn, {})
                     try:
                         pool.copy_(pool_vk.transpose(-1, -2))
                         o.fill_(float("nan"))
-                        sv = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t, ov)
+                        sv = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t, cfg)
                         sv()
                         torch.cuda.synchronize()
                         rv["relerr_o_vs_dk"] = rel(o, outs["dk"][0])
                         rv["relerr_s_vs_dk"] = rel(pool[slots.long()].transpose(-1, -2), outs["dk"][1])
-                        rv["ms"] = gpu_ms(sv)
-                        stage = "s" if vn.startswith("state") else "o"
-                        rv[f"stage_{stage}_ms"] = gpu_ms(lambda: sv(stage), reps=10)
+                        if vn.startswith("wu_"):
+                            rv["stage_w_ms"] = gpu_ms(lambda: sv("w"), reps=10)
+                            continue
+                        if vn in ("wsplit", "prep_staged", "prep_fused_1warp"):
+                            rv["ms"] = gpu_ms(sv)
+                            for s_ in "kvw":
+                                rv[f"stage_{s_}_ms"] = gpu_ms(lambda s_=s_: sv(s_), reps=10)
+                        rv["stage_s_ms"] = gpu_ms(lambda: sv("s"), reps=10)
                     except Exception as e:  # noqa: BLE001
                         rv["error"] = err_text(e)
         except Exception as e:  # noqa: BLE001
@@ -449,10 +493,15 @@ def table():
             sp = lambda x: f"{x['ms'] / dk['ms']:.2f}x" if "ms" in x and "ms" in dk else "-"  # noqa: E731
             er = f"{row.get('relerr_o_dk', float('nan')):.1e} / {row.get('relerr_s_dk', float('nan')):.1e}"
             lines.append(f"| {row['case']} | {f(dk)} | {f(fi)} | {f(fl)} | {sp(fi)} | {sp(fl)} | {er} |")
-            st_ = " ".join(f"{s_}={dk[f'stage_{s_}_ms'] * 1e3:.0f}us" for s_ in "mpso" if f"stage_{s_}_ms" in dk)
-            vs = " ".join(f"{k_[3:]}: {row[k_].get('ms', 0) * 1e3:.0f}us (err o {row[k_].get('relerr_o_vs_dk', -1):.1e})"
-                          for k_ in row if k_.startswith("dk:"))
-            notes.append(f"{row['case']}: deltakit stages (map, WY prep kkt+solve+wu, state, out) {st_}; {vs}")
+            st_ = " ".join(f"{s_}={dk[f'stage_{s_}_ms'] * 1e3:.0f}us" for s_ in "mkvwso" if f"stage_{s_}_ms" in dk)
+            vs = "; ".join(f"{k_[3:]}: " + " ".join(f"{x}={row[k_][x] * 1e3:.0f}us" for x in ("ms", "stage_k_ms", "stage_v_ms",
+                                                                                              "stage_w_ms", "stage_s_ms")
+                                                     if x in row[k_]) +
+                           f" (err o {row[k_].get('relerr_o_vs_dk', -1):.1e} S {row[k_].get('relerr_s_vs_dk', -1):.1e})"
+                           f"{' ' + row[k_]['error'][:60] if 'error' in row[k_] else ''}"
+                           for k_ in row if k_.startswith("dk:"))
+            notes.append(f"{row['case']}: deltakit stages (m map, k kkt_solve, v solve, w wu, s state, o out) {st_}; "
+                         f"variants: {vs}")
         else:
             for mode in ("warm", "cold"):
                 f = lambda r: (f"{r[mode + '_TBps']:.2f} ({r[mode + '_ms'] * 1e3:.1f} us)"  # noqa: E731

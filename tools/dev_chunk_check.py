@@ -84,6 +84,11 @@ class Backend:
             self.torch.cuda.synchronize()
 
 
+PREP = "split"  # --prep
+WSPLIT = 0  # --wsplit: W as bf16 hi / lo planes between the W/U and state passes
+STATE_BV = 32  # --state-bv
+
+
 def launch(be, d, bufs, n, t, nt, use_l2, fused, init_mode, scale, prec, bv=32, bvo=64, stages="mpso"):
     hk, hv, kd, vd = d
     if "m" in stages:
@@ -112,16 +117,29 @@ def _tile(dim):
 def _prep(d, bufs, t, nt, use_l2, fused, prec):
     hk, hv, kd, vd = d
     bk = _tile(kd)
+    if PREP in ("fused", "staged"):
+        CP.gdr_chunk_kkt_solve_kernel[(nt, hv)](bufs["k"], bufs["g"], bufs["beta"], bufs["a"], bufs["b"], bufs["alog"],
+                                                bufs["dtb"], bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"],
+                                                bufs["gcum"], bufs["betaw"], bufs["A"], t, bufs["num_slots"], hk, hv,
+                                                hk * kd, hv, use_l2, fused, K=kd, BK=bk, PREC=1,
+                                                STAGED=int(PREP == "staged"), num_warps=4 if PREP == "staged" else 1)
+    else:
+        _kkt_solve_split(d, bufs, t, nt, use_l2, fused, bk)
+    CP.gdr_chunk_wu_kernel[(nt, hv)](bufs["k"], bufs["v"], bufs["betaw"], bufs["gcum"], bufs["A"], bufs["w"], bufs["u"],
+                                     bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], t, bufs["num_slots"], hk, hv,
+                                     hk * kd, hv * vd, use_l2, K=kd, V=vd, BK=bk, BV=_tile(vd), PREC=prec[0],
+                                     WSPLIT=WSPLIT, num_warps=8)
+
+
+def _kkt_solve_split(d, bufs, t, nt, use_l2, fused, bk):
+    """The two-launch WY prep (gdr_chunk_kkt_kernel + gdr_chunk_solve_kernel), still selectable (--prep split)."""
+    hk, hv, kd, vd = d
     CP.gdr_chunk_kkt_kernel[(nt, hv)](bufs["k"], bufs["g"], bufs["beta"], bufs["a"], bufs["b"], bufs["alog"],
                                       bufs["dtb"], bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], bufs["gcum"],
                                       bufs["betaw"], bufs["A"], t, bufs["num_slots"], hk, hv, hk * kd, hv, use_l2,
                                       fused, K=kd, BK=bk, num_warps=4)
     CP.gdr_chunk_solve_kernel[(nt, hv)](bufs["A"], bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], t,
                                         bufs["num_slots"], hv, PREC=1, num_warps=1)
-    CP.gdr_chunk_wu_kernel[(nt, hv)](bufs["k"], bufs["v"], bufs["betaw"], bufs["gcum"], bufs["A"], bufs["w"], bufs["u"],
-                                     bufs["cu"], bufs["slots"], bufs["coff"], bufs["cseq"], t, bufs["num_slots"], hk, hv,
-                                     hk * kd, hv * vd, use_l2, K=kd, V=vd, BK=bk, BV=_tile(vd), PREC=prec[0],
-                                     num_warps=8)
 
 
 def _state(d, bufs, n, t, use_l2, init_mode, prec, bv):
@@ -129,7 +147,8 @@ def _state(d, bufs, n, t, use_l2, init_mode, prec, bv):
     CP.gdr_chunk_state_kernel[(n, hv, (vd + bv - 1) // bv)](bufs["k"], bufs["w"], bufs["u"], bufs["gcum"], bufs["h"],
                                                 bufs["state"], bufs["cu"], bufs["slots"], bufs["init"], bufs["coff"],
                                                 t, bufs["num_slots"], hk, hv, hk * kd, use_l2, init_mode,
-                                                K=kd, V=vd, BK=_tile(kd), BV=bv, PREC=prec[1], num_warps=4)
+                                                K=kd, V=vd, BK=_tile(kd), BV=bv, PREC=prec[1],
+                                                WSPLIT=WSPLIT, num_warps=4)
 
 
 def _out(d, bufs, t, nt, use_l2, scale, prec, bvo):
@@ -236,11 +255,11 @@ def run_case(be, name, d, lens, slots, num_slots, init_mode=1, init=None, use_l2
         "slots": be.put(np.array(slots), "i32"), "init": be.put(init, "i32"),
         "coff": be.put(np.full(n + 1, -7), "i32"), "cseq": be.put(np.full(nt, -7), "i32"),
         "gcum": be.put(np.full((t + 1) * hv, np.nan), "f32"), "betaw": be.put(np.full((t + 1) * hv, np.nan), "f32"),
-        "A": be.put(np.full((t + 1) * hv * 64, np.nan), "f32"), "w": be.put(np.full((t + 1) * hv * kd, np.nan), "f32"),
+        "A": be.put(np.full((t + 1) * hv * 64, np.nan), "f32"), "w": be.put(np.full((t + 1) * hv * kd * (1 + WSPLIT), np.nan), "bf16" if WSPLIT else "f32"),
         "u": be.put(np.full((t + 1) * hv * vd, np.nan), "f32"), "h": be.put(np.full(nt * hv * kd * vd, np.nan), os.environ.get("HDT", "bf16")),
         "state": be.put(state, "f32"), "o": be.put(np.full((t, hv, vd), np.nan), "bf16"), "num_slots": num_slots,
     }
-    launch(be, d, bufs, n, t, nt, use_l2, fused, init_mode, sc, prec)
+    launch(be, d, bufs, n, t, nt, use_l2, fused, init_mode, sc, prec, bv=STATE_BV)
     be.sync()
     o = be.get(bufs["o"], "bf16").reshape(t, hv, vd)
     s = be.get(bufs["state"], "f32").reshape(state.shape)
@@ -318,7 +337,16 @@ def main():
     ap.add_argument("--prec", default="4,4,4")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--prep", choices=("fused", "staged", "split"), default="split",
+                    help="WY prep: the two launches kkt + solve (default, as the library) or the fused kkt_solve "
+                         "kernel (staged: A through L1/L2, 4 warps; fused: A blocks in registers, 1 warp)")
+    ap.add_argument("--wsplit", type=int, choices=(0, 1), default=0,
+                    help="1: W as bf16 hi / lo planes between the W/U and state passes (DELTAKIT_GDR_PREFILL=wsplit); "
+                         "0: f32 W (default)")
+    ap.add_argument("--state-bv", type=int, choices=(16, 32, 64), default=32, help="state-pass value columns")
     args = ap.parse_args()
+    global PREP, WSPLIT, STATE_BV
+    PREP, WSPLIT, STATE_BV = args.prep, args.wsplit, args.state_bv
     prec = tuple(int(x) for x in args.prec.split(","))
     be = Backend(args.cpu)
     ok = True

@@ -7,6 +7,8 @@
 #   tools/tune/gdr_device_call.sh [tests] [sanitize] [anchors] [ncu] [prefill]     (default: all but prefill)
 #
 #   tests     the GPU test binaries in .gpu-gdr/bin (DELTAKIT_REQUIRE_GPU=1)
+#   tests_wsplit  the chunk-prefill test binary again with DELTAKIT_GDR_PREFILL=wsplit (opt-in W-split path);
+#             SAN_ENV=DELTAKIT_GDR_PREFILL=wsplit runs the sanitizers on that path
 #   sanitize  compute-sanitizer memcheck + racecheck over the new tests of both kernels (small cases)
 #   anchors   decode rows (warm + cold, tile sweep) and prefill rows (deltakit + FlashInfer; FLA where the
 #             time budget allows: its Triton autotune takes ~45 s a shape)
@@ -43,10 +45,17 @@ pids=()
 if has tests; then
   for bin in /tmp/gdrbin/*; do
     name=$(basename "$bin")
-    (timeout 400 "$bin" --test-threads 4 --nocapture >"/tmp/gdrlog_test_${name%%-*}.log" 2>&1
+    (timeout "${TEST_TIMEOUT:-400}" "$bin" --test-threads 4 --nocapture >"/tmp/gdrlog_test_${name%%-*}.log" 2>&1
      echo "rc=$?" >>"/tmp/gdrlog_test_${name%%-*}.log") &
     pids+=($!)
   done
+fi
+if has tests_wsplit; then
+  # The opt-in W-split chunk-prefill path (DELTAKIT_GDR_PREFILL=wsplit, K = V = 128).
+  bin=$(ls /tmp/gdrbin/gdr_chunk_prefill-* | head -n 1)
+  (DELTAKIT_GDR_PREFILL=wsplit timeout "${TEST_TIMEOUT:-400}" "$bin" --test-threads 4 --nocapture >/tmp/gdrlog_test_wsplit_chunk.log 2>&1
+   echo "rc=$?" >>/tmp/gdrlog_test_wsplit_chunk.log) &
+  pids+=($!)
 fi
 if has sanitize; then
   # tool:binary stem:test filters
@@ -57,7 +66,7 @@ if has sanitize; then
   for spec in "${specs[@]}"; do
     tool=${spec%%:*}; rest=${spec#*:}; stem=${rest%%:*}; filters=${rest#*:}
     bin=$(ls /tmp/gdrbin/${stem}-* | head -n 1)
-    (DELTAKIT_SANITIZE=1 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" $filters --test-threads 1 \
+    (env ${SAN_ENV:-} DELTAKIT_SANITIZE=1 timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" $filters --test-threads 1 \
        >"/tmp/gdrlog_san_${tool}_${stem}.log" 2>&1; echo "rc=$?" >>"/tmp/gdrlog_san_${tool}_${stem}.log") &
     pids+=($!)
   done
@@ -84,7 +93,7 @@ fi
 if has anchors; then
   pre=""
   has prefill || pre="--skip-prefill"
-  PYTHONUNBUFFERED=1 timeout 420 python3 tools/bench_anchors_gdr.py --site "$site" --lib .gpu-gdr/libdk_gdr_decode.so \
+  PYTHONUNBUFFERED=1 timeout "${ANCHOR_TIMEOUT:-420}" python3 tools/bench_anchors_gdr.py --site "$site" --lib .gpu-gdr/libdk_gdr_decode.so \
     --out "$out/anchors.json" --sweep --budget-s "${ANCHOR_BUDGET_S:-150}" ${PREFILL_ARGS:-} $pre \
     --libs "${ANCHOR_LIBS:-dk,fi,fla}" \
     >"$out/anchors.txt" 2>"$out/anchors.err"

@@ -33,6 +33,11 @@ cu_seqlens are clamped to [0, T], slots outside [0, num_slots) behave like -1 = 
   6. gdr_chunk_state_kernel    grid (N, HV, cdiv(V, BV)): sequential over a sequence's chunks: stores h,
         D = U - W S, S = e^{g_last} S + K^T (e^{g_last - gcum} D); reads / writes the state slot
   7. gdr_chunk_out_kernel      grid (NT, HV, cdiv(V, BVO)): o = e^gcum (Q S0) + (Q K^T * decay, causal) D
+Variants (issue 15 round 2): WSPLIT = 1 in the wu + state kernels stores W as bf16 hi / lo planes, bf16
+[T, HV, 2, K] in the same bytes, and feeds them to the state pass's tensor cores from shared memory (the same
+three bf16 products as _mm_ff; opt-in in the library, DELTAKIT_GDR_PREFILL=wsplit). gdr_chunk_kkt_solve_kernel
+fuses launches 3 and 4 (not in the manifest: 3x slower than kkt + solve on an H200, 595 vs 199 us at 27B TP1 in
+either form; kept for the harness, tools/bench_anchors_gdr.py --prefill-variants).
 Tiles: BK (key tile, = K for the tuned K in {64, 128}, 64 for K = 32) and BV (value tile) may be wider than
 the head dim; padding rows / columns are loaded as 0 (so every product and L2 norm is unchanged) and never
 stored; the masking is a constexpr branch taken only when D % tile != 0 (every tuned entry compiles without
@@ -337,19 +342,132 @@ def gdr_chunk_solve_kernel(A_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr, T, num_
     hv = tl.program_id(1)
     seq, live, t0, eos = _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots)
     if (seq >= 0) & live:
-        d0 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 0, 0))
-        d1 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 1, 1))
-        d2 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 2, 2))
-        d3 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 3, 3))
-        a10 = _ld16(A_ptr, t0, eos, hv, HV, 1, 0)
-        a20 = _ld16(A_ptr, t0, eos, hv, HV, 2, 0)
-        a21 = _ld16(A_ptr, t0, eos, hv, HV, 2, 1)
-        a30 = _ld16(A_ptr, t0, eos, hv, HV, 3, 0)
-        a31 = _ld16(A_ptr, t0, eos, hv, HV, 3, 1)
-        a32 = _ld16(A_ptr, t0, eos, hv, HV, 3, 2)
-        t10 = -_mm(d1, _mm(a10, d0, PREC), PREC)
+        _solve_blocks(A_ptr, t0, eos, hv, HV, PREC)
+
+
+@triton.jit
+def _solve_blocks(A_ptr, t0, eos, hv, HV, PREC: tl.constexpr):
+    """A <- Tm = (I + A)^-1 in place for the chunk at t0 (see gdr_chunk_solve_kernel)."""
+    d0 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 0, 0))
+    d1 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 1, 1))
+    d2 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 2, 2))
+    d3 = _inv_unit_lower16(_ld16(A_ptr, t0, eos, hv, HV, 3, 3))
+    a10 = _ld16(A_ptr, t0, eos, hv, HV, 1, 0)
+    a20 = _ld16(A_ptr, t0, eos, hv, HV, 2, 0)
+    a21 = _ld16(A_ptr, t0, eos, hv, HV, 2, 1)
+    a30 = _ld16(A_ptr, t0, eos, hv, HV, 3, 0)
+    a31 = _ld16(A_ptr, t0, eos, hv, HV, 3, 1)
+    a32 = _ld16(A_ptr, t0, eos, hv, HV, 3, 2)
+    t10 = -_mm(d1, _mm(a10, d0, PREC), PREC)
+    t21 = -_mm(d2, _mm(a21, d1, PREC), PREC)
+    t20 = -_mm(d2, _mm(a20, d0, PREC) + _mm(a21, t10, PREC), PREC)
+    t32 = -_mm(d3, _mm(a32, d2, PREC), PREC)
+    t31 = -_mm(d3, _mm(a31, d1, PREC) + _mm(a32, t21, PREC), PREC)
+    t30 = -_mm(d3, _mm(a30, d0, PREC) + _mm(a31, t10, PREC) + _mm(a32, t20, PREC), PREC)
+    _st16(A_ptr, d0, t0, eos, hv, HV, 0, 0)
+    _st16(A_ptr, d1, t0, eos, hv, HV, 1, 1)
+    _st16(A_ptr, d2, t0, eos, hv, HV, 2, 2)
+    _st16(A_ptr, d3, t0, eos, hv, HV, 3, 3)
+    _st16(A_ptr, t10, t0, eos, hv, HV, 1, 0)
+    _st16(A_ptr, t20, t0, eos, hv, HV, 2, 0)
+    _st16(A_ptr, t21, t0, eos, hv, HV, 2, 1)
+    _st16(A_ptr, t30, t0, eos, hv, HV, 3, 0)
+    _st16(A_ptr, t31, t0, eos, hv, HV, 3, 1)
+    _st16(A_ptr, t32, t0, eos, hv, HV, 3, 2)
+
+
+@triton.jit
+def _kblk(k_ptr, t0, eos, hk, sk, use_l2, K: tl.constexpr, BK: tl.constexpr, b: tl.constexpr):
+    """Rows 16 b .. 16 b + 15 of a chunk's keys: raw bf16 [16, BK] and their L2-norm factors (see _load_raw)."""
+    rows = t0 + b * 16 + tl.arange(0, 16).to(tl.int64)
+    return _load_raw(k_ptr, rows, rows < eos, hk, sk, K, BK, use_l2)
+
+
+@triton.jit
+def _gblk(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gcum_ptr, betaw_ptr, t0, eos, hv, HV, sab, fused, carry,
+          b: tl.constexpr):
+    """Gating of rows 16 b .. 16 b + 15 of a chunk: (chunk-local cumulative log-decay, beta), both stored, and
+    the carry (sum of the chunk's gates so far) for the next block."""
+    rows = t0 + b * 16 + tl.arange(0, 16).to(tl.int64)
+    m = rows < eos
+    g, beta = _gating(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, rows, m, hv, HV, sab, fused)
+    gc = tl.cumsum(g, axis=0) + carry  # masked rows carry g = 0
+    tl.store(gcum_ptr + rows * HV + hv, gc, mask=m)
+    tl.store(betaw_ptr + rows * HV + hv, beta, mask=m)
+    return gc, beta, carry + tl.sum(g, axis=0)
+
+
+@triton.jit
+def _ablk(ki, rni, bei, gci, kj, rnj, gcj, DIAG: tl.constexpr):
+    """Block (i, j) of A = beta_t (k_t . k_s) e^{gc_t - gc_s} (s < t): strictly lower on the diagonal."""
+    att = _dot_bb(ki, tl.trans(kj)) * (bei * rni)[:, None] * rnj[None, :]
+    if DIAG:
+        r = tl.arange(0, 16)
+        low = r[:, None] > r[None, :]
+        att = tl.where(low, att * _dexp(tl.where(low, gci[:, None] - gcj[None, :], 0.0)), 0.0)
+    else:
+        att = att * _dexp(gci[:, None] - gcj[None, :])  # every s < t here: the exponent is <= 0
+    return att
+
+
+@triton.jit
+def gdr_chunk_kkt_solve_kernel(k_ptr, g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cu_ptr, slots_ptr, coff_ptr,
+                               cseq_ptr, gcum_ptr, betaw_ptr, A_ptr, T, num_slots, HK, HV, sk, sab, use_l2, fused,
+                               K: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, STAGED: tl.constexpr = 0):
+    """gdr_chunk_kkt_kernel + gdr_chunk_solve_kernel in one launch (per chunk and value head): gating -> gcum,
+    beta; A, then Tm = (I + A)^-1 by the same block forward substitution / merge as the solve kernel, stored f32
+    [T, HV, 64] (blocks above the diagonal are not rewritten: gdr_chunk_wu_kernel masks them). One launch
+    fewer and no second pass over A. STAGED = 0: the ten 16 x 16 blocks of A on or below the diagonal straight
+    from 16-row key tiles (A never stored; one warp); STAGED = 1: A as one 64 x 64 tensor-core product, stored
+    as gdr_chunk_kkt_kernel does, then (after a CTA barrier) read back by 16 x 16 blocks from L1 / L2 and
+    inverted in place (several warps)."""
+    p = tl.program_id(0).to(tl.int64)
+    hv = tl.program_id(1)
+    tl.static_assert(BK >= K)
+    seq, live, t0, eos = _chunk_of(p, cseq_ptr, cu_ptr, coff_ptr, slots_ptr, T, num_slots)
+    if STAGED:
+        if (seq >= 0) & live:
+            hk = hv // (HV // HK)
+            r = tl.arange(0, 64)
+            rows = t0 + r.to(tl.int64)
+            m = rows < eos
+            g, beta = _gating(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, rows, m, hv, HV, sab, fused)
+            gc = tl.cumsum(g, axis=0)  # masked rows carry g = 0
+            tl.store(gcum_ptr + rows * HV + hv, gc, mask=m)
+            tl.store(betaw_ptr + rows * HV + hv, beta, mask=m)
+            kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
+            att = _dot_bb(kk, tl.trans(kk)) * (beta * rn)[:, None] * rn[None, :]
+            low = r[:, None] > r[None, :]
+            att = tl.where(low, att * _dexp(tl.where(low, gc[:, None] - gc[None, :], 0.0)), 0.0)
+            tl.store(A_ptr + (rows * HV + hv)[:, None] * 64 + r[None, :], att, mask=m[:, None])
+            tl.debug_barrier()  # the block reads below cross threads: A must be complete
+            _solve_blocks(A_ptr, t0, eos, hv, HV, PREC)
+    elif (seq >= 0) & live:
+        hk = hv // (HV // HK)
+        c = tl.zeros([], tl.float32)
+        gc0, be0, c = _gblk(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gcum_ptr, betaw_ptr, t0, eos, hv, HV,
+                            sab, fused, c, 0)
+        gc1, be1, c = _gblk(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gcum_ptr, betaw_ptr, t0, eos, hv, HV,
+                            sab, fused, c, 1)
+        gc2, be2, c = _gblk(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gcum_ptr, betaw_ptr, t0, eos, hv, HV,
+                            sab, fused, c, 2)
+        gc3, be3, c = _gblk(g_ptr, beta_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, gcum_ptr, betaw_ptr, t0, eos, hv, HV,
+                            sab, fused, c, 3)
+        k0, r0 = _kblk(k_ptr, t0, eos, hk, sk, use_l2, K, BK, 0)
+        k1, r1 = _kblk(k_ptr, t0, eos, hk, sk, use_l2, K, BK, 1)
+        d0 = _inv_unit_lower16(_ablk(k0, r0, be0, gc0, k0, r0, gc0, True))
+        d1 = _inv_unit_lower16(_ablk(k1, r1, be1, gc1, k1, r1, gc1, True))
+        t10 = -_mm(d1, _mm(_ablk(k1, r1, be1, gc1, k0, r0, gc0, False), d0, PREC), PREC)
+        k2, r2 = _kblk(k_ptr, t0, eos, hk, sk, use_l2, K, BK, 2)
+        d2 = _inv_unit_lower16(_ablk(k2, r2, be2, gc2, k2, r2, gc2, True))
+        a21 = _ablk(k2, r2, be2, gc2, k1, r1, gc1, False)
         t21 = -_mm(d2, _mm(a21, d1, PREC), PREC)
-        t20 = -_mm(d2, _mm(a20, d0, PREC) + _mm(a21, t10, PREC), PREC)
+        t20 = -_mm(d2, _mm(_ablk(k2, r2, be2, gc2, k0, r0, gc0, False), d0, PREC) + _mm(a21, t10, PREC), PREC)
+        k3, r3 = _kblk(k_ptr, t0, eos, hk, sk, use_l2, K, BK, 3)
+        d3 = _inv_unit_lower16(_ablk(k3, r3, be3, gc3, k3, r3, gc3, True))
+        a32 = _ablk(k3, r3, be3, gc3, k2, r2, gc2, False)
+        a31 = _ablk(k3, r3, be3, gc3, k1, r1, gc1, False)
+        a30 = _ablk(k3, r3, be3, gc3, k0, r0, gc0, False)
         t32 = -_mm(d3, _mm(a32, d2, PREC), PREC)
         t31 = -_mm(d3, _mm(a31, d1, PREC) + _mm(a32, t21, PREC), PREC)
         t30 = -_mm(d3, _mm(a30, d0, PREC) + _mm(a31, t10, PREC) + _mm(a32, t20, PREC), PREC)
@@ -368,9 +486,15 @@ def gdr_chunk_solve_kernel(A_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr, T, num_
 @triton.jit
 def gdr_chunk_wu_kernel(k_ptr, v_ptr, betaw_ptr, gcum_ptr, A_ptr, w_ptr, u_ptr, cu_ptr, slots_ptr, coff_ptr, cseq_ptr,
                         T, num_slots, HK, HV, sk, sv, use_l2,
-                        K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+                        K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+                        WSPLIT: tl.constexpr = 0, SPLITZ: tl.constexpr = 0):
     """Per (chunk, value head): W = Tm (beta e^gc k) f32 [T, HV, K] and U = Tm (beta v) f32 [T, HV, V].
-    BK, BV: tile widths (K, V, or 64 for the small dims: padding columns are 0 and never stored)."""
+    BK, BV: tile widths (K, V, or 64 for the small dims: padding columns are 0 and never stored).
+    WSPLIT = 1: W is stored pre-split as bf16 hi / lo planes, bf16 [T, HV, 2, K] (hi + lo = W to ~2^-17, the
+    split _mm_ff makes; same bytes as f32), so that the state pass feeds them to the tensor cores straight from
+    memory (no f32 W tile and no split in its registers); w_ptr is then a bf16 pointer.
+    SPLITZ = 1: grid (NT, HV, 2), program z = 0 computes W and z = 1 computes U (Tm read twice; the live set of
+    one product instead of both, for more programs per SM). Not in the manifest (harness variant)."""
     tl.static_assert((BK >= K) & (BV >= V))
     p = tl.program_id(0).to(tl.int64)
     hv = tl.program_id(1)
@@ -384,24 +508,34 @@ def gdr_chunk_wu_kernel(k_ptr, v_ptr, betaw_ptr, gcum_ptr, A_ptr, w_ptr, u_ptr, 
                      mask=m[:, None] & (r[None, :] <= r[:, None]), other=0.0)
         beta = tl.load(betaw_ptr + rows * HV + hv, mask=m, other=0.0)
         gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
-        kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
-        # Per-column factors of Tm fold the row scalings of k / v, which then enter exactly as bf16.
-        ww = _mm_fb(tm * (beta * _dexp(gc) * rn)[None, :], kk, PREC)
-        ck = tl.arange(0, BK)
-        _st(w_ptr, (rows * HV + hv)[:, None] * K + ck[None, :], ww, m, ck, K, BK)
-        vv, _ = _load_raw(v_ptr, rows, m, hv, sv, V, BV, 0)
-        uu = _mm_fb(tm * beta[None, :], vv, PREC)
-        cv = tl.arange(0, BV)
-        _st(u_ptr, (rows * HV + hv)[:, None] * V + cv[None, :], uu, m, cv, V, BV)
+        z = tl.program_id(2) if SPLITZ else 0
+        if (SPLITZ == 0) | (z == 0):
+            kk, rn = _load_raw(k_ptr, rows, m, hk, sk, K, BK, use_l2)
+            # Per-column factors of Tm fold the row scalings of k / v, which then enter exactly as bf16.
+            ww = _mm_fb(tm * (beta * _dexp(gc) * rn)[None, :], kk, PREC)
+            ck = tl.arange(0, BK)
+            if WSPLIT:
+                w_hi, w_lo = _split(ww)
+                _st(w_ptr, (rows * HV + hv)[:, None] * (2 * K) + ck[None, :], w_hi, m, ck, K, BK)
+                _st(w_ptr, (rows * HV + hv)[:, None] * (2 * K) + K + ck[None, :], w_lo, m, ck, K, BK)
+            else:
+                _st(w_ptr, (rows * HV + hv)[:, None] * K + ck[None, :], ww, m, ck, K, BK)
+        if (SPLITZ == 0) | (z == 1):
+            vv, _ = _load_raw(v_ptr, rows, m, hv, sv, V, BV, 0)
+            uu = _mm_fb(tm * beta[None, :], vv, PREC)
+            cv = tl.arange(0, BV)
+            _st(u_ptr, (rows * HV + hv)[:, None] * V + cv[None, :], uu, m, cv, V, BV)
 
 
 @triton.jit
 def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_ptr, slots_ptr, init_ptr, coff_ptr,
                            T, num_slots, HK, HV, sk, use_l2, init_mode,
                            K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                           PREC: tl.constexpr):
+                           PREC: tl.constexpr, WSPLIT: tl.constexpr = 0):
     """Per (sequence, value head, BV value columns). BK: key tile width (K, or 64 for K = 32); a tile wider
-    than the state (BK > K or BV > V) keeps its padding rows / columns at 0 and never stores them."""
+    than the state (BK > K or BV > V) keeps its padding rows / columns at 0 and never stores them.
+    WSPLIT = 1: W comes as the bf16 hi / lo planes of gdr_chunk_wu_kernel (WSPLIT = 1) and W S is
+    W_hi S_hi + (W_hi S_lo + W_lo S_hi), the same three bf16 products as _mm_ff at PREC 4."""
     PAD: tl.constexpr = (K % BK != 0) or (V % BV != 0)
     tl.static_assert((BK >= K) & ((BV >= V) | (V % BV == 0)))
     seq = tl.program_id(0).to(tl.int64)
@@ -437,10 +571,17 @@ def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gcum_ptr, h_ptr, state_ptr, cu_p
                          mask=_kv_tile_mask(rk, cv, K, BK, V, BV))
             else:
                 tl.store(h_ptr + ((c0 + j) * HV + hv) * (K * V) + kv, S.to(h_ptr.dtype.element_ty))
-            wv = _ld(w_ptr, (rows * HV + hv)[:, None] * K + rk[None, :], m, rk, K, BK)
             u_off = (rows * HV + hv)[:, None] * V + cv[None, :]
             uu = _ld(u_ptr, u_off, m, cv, V, BV)
-            dd = uu - _mm_ff(wv, S, PREC)
+            if WSPLIT:
+                w_off = (rows * HV + hv)[:, None] * (2 * K) + rk[None, :]
+                w_hi = _ld(w_ptr, w_off, m, rk, K, BK)
+                w_lo = _ld(w_ptr, w_off + K, m, rk, K, BK)
+                s_hi, s_lo = _split(S)
+                dd = uu - (_dot_bb(w_hi, s_hi) + (_dot_bb(w_hi, s_lo) + _dot_bb(w_lo, s_hi)))
+            else:
+                wv = _ld(w_ptr, (rows * HV + hv)[:, None] * K + rk[None, :], m, rk, K, BK)
+                dd = uu - _mm_ff(wv, S, PREC)
             _st(u_ptr, u_off, dd, m, cv, V, BV)
             gc = tl.load(gcum_ptr + rows * HV + hv, mask=m, other=0.0)
             g_last = tl.load(gcum_ptr + (tl.minimum(t0 + 63, eos - 1)) * HV + hv)
