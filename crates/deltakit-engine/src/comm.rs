@@ -247,13 +247,16 @@ pub mod nccl {
     /// The raw communicator shared between its rank thread and the abort handle.
     struct Raw {
         comm: Mutex<sys::ncclComm_t>,
+        /// The same handle, readable without the lock (abort after the bounded wait).
+        handle: usize,
         aborted: AtomicBool,
         reason: Mutex<Option<String>>,
     }
 
     // SAFETY: an `ncclComm_t` may be used from another thread as long as calls on it are not
     // concurrent, except `ncclCommAbort`, which NCCL documents as the way to unblock a
-    // communicator from another thread. Collectives hold the mutex only while enqueuing.
+    // communicator from another thread. Collectives hold the mutex while they enqueue; abort
+    // takes it too (with a bounded wait, see `abort`).
     unsafe impl Send for Raw {}
     // SAFETY: as above.
     unsafe impl Sync for Raw {}
@@ -266,9 +269,26 @@ pub mod nccl {
             if let Ok(mut r) = self.reason.lock() {
                 *r = Some(reason.to_string());
             }
-            // `comm`'s mutex is only ever held to copy the handle out (never across an NCCL
-            // call), so taking it here cannot wait on a blocked collective.
-            let c = *self.comm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Collectives hold `comm`'s mutex while they enqueue (never while the stream runs), so
+            // the communicator is not freed under an enqueue in progress. An enqueue that never
+            // returns must not block the watchdog: after 2 s, abort without the lock.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            let guard = loop {
+                match self.comm.try_lock() {
+                    Ok(g) => break Some(g),
+                    Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock)
+                        if std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => break None,
+                }
+            };
+            let c = match &guard {
+                Some(g) => **g,
+                None => self.handle as sys::ncclComm_t,
+            };
             // SAFETY: `c` is a live communicator (destroyed only in `Drop`, which skips aborted
             // ones); ncclCommAbort may be called from another thread.
             let _ = unsafe { result::comm_abort(c) };
@@ -327,6 +347,7 @@ pub mod nccl {
                 comm.assume_init()
             };
             let raw = Arc::new(Raw {
+                handle: comm as usize,
                 comm: Mutex::new(comm),
                 aborted: AtomicBool::new(false),
                 reason: Mutex::new(None),
@@ -334,12 +355,15 @@ pub mod nccl {
             Ok(Self { raw, stream, rank, world })
         }
 
-        fn live(&self) -> Result<sys::ncclComm_t> {
+        /// The communicator, locked for the duration of one enqueue (see `Raw::abort`).
+        fn live(&self) -> Result<std::sync::MutexGuard<'_, sys::ncclComm_t>> {
+            let g = self.raw.comm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if self.raw.is_aborted() {
+                drop(g);
                 let why = self.raw.reason.lock().ok().and_then(|r| r.clone()).unwrap_or_default();
                 return Err(comm_err(format!("communicator aborted: {why}")));
             }
-            Ok(*self.raw.comm.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+            Ok(g)
         }
     }
 
@@ -364,7 +388,8 @@ pub mod nccl {
         }
 
         fn all_reduce_sum(&self, buf: &mut CudaSlice<bf16>) -> Result<()> {
-            let c = self.live()?;
+            let g = self.live()?;
+            let c = *g;
             let n = buf.len();
             let (p, _rec) = buf.device_ptr_mut(&self.stream);
             // SAFETY: `p` points to `n` bf16 on this rank's device; the collective runs on the
@@ -385,7 +410,8 @@ pub mod nccl {
         }
 
         fn all_gather(&self, send: &CudaSlice<bf16>, recv: &mut CudaSlice<bf16>) -> Result<()> {
-            let c = self.live()?;
+            let g = self.live()?;
+            let c = *g;
             let n = send.len();
             if recv.len() != n * self.world {
                 return Err(comm_err(format!(

@@ -57,13 +57,22 @@ pub enum EngineError {
     Comm(String),
     /// A tensor-parallel rank failed, panicked or timed out during a step; the executor is
     /// poisoned and refuses further steps ([`crate::executor::Executor`]).
-    #[error("rank {rank}: {msg}")]
+    #[error("{}: {msg}", rank_label(*rank))]
     Rank {
         /// The first rank that failed (or `usize::MAX` when the watchdog fired).
         rank: usize,
         /// What happened.
         msg: String,
     },
+}
+
+/// `rank N`, or `executor` for errors not tied to one rank (the watchdog: `usize::MAX`).
+fn rank_label(rank: usize) -> String {
+    if rank == usize::MAX {
+        "executor".into()
+    } else {
+        format!("rank {rank}")
+    }
 }
 
 /// Result alias of the engine.

@@ -100,6 +100,14 @@ pub struct Executor {
     poisoned: Option<EngineError>,
 }
 
+/// `now + d`, saturating at ~100 years (a huge `--step-timeout` means "no watchdog").
+fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
+}
+
 fn panic_msg(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| (*s).to_string())
@@ -190,7 +198,7 @@ impl Executor {
             threads.push(h);
         }
         drop(ready_tx);
-        let deadline = Instant::now() + opts.step_timeout;
+        let deadline = deadline_after(opts.step_timeout);
         let mut infos: Vec<Option<(ModelConfig, String, Vec<RankReport>)>> = vec![None; tp];
         let mut aborts = Vec::new();
         let mut first_err = None;
@@ -287,7 +295,7 @@ impl Executor {
                 return Err(e);
             }
         }
-        let deadline = Instant::now() + self.opts.step_timeout;
+        let deadline = deadline_after(self.opts.step_timeout);
         let mut out = None;
         let mut first_err: Option<EngineError> = None;
         let mut pending = self.tp;

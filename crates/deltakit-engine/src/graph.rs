@@ -14,8 +14,9 @@
 //! lengths, sampling parameters; sampled ids, top-[`STATIC_TOPK`] lists and a logits copy), one
 //! step runs **eagerly** on all-padding inputs (it loads every kernel module, sizes every
 //! workspace and, under TP, runs every collective of the bucket's message sizes once — NCCL
-//! connects lazily and a first collective inside a capture would wedge), then the same step is
-//! **captured** (thread-local capture mode) and instantiated. Per-op activations are allocated
+//! connects lazily and a first collective inside a capture would wedge); then, in a second pass
+//! over all buckets (no capture runs between warm-ups, and captures execute no collective), the
+//! same step is **captured** (thread-local capture mode) and instantiated. Activations are allocated
 //! inside the capture (`cuMemAllocAsync` becomes a graph memory node), so the graph owns them at
 //! fixed addresses. Padding rows (token 0, slot -1, context -1, no pages) read and write nothing
 //! of a live sequence: the GDN kernels skip slot -1, `attn.prep` writes no KV for context -1,
@@ -143,20 +144,30 @@ impl CudaDecodeRunner {
         self.rank.backend().sample_static(&logits, mode)
     }
 
+    /// Two passes: every bucket's eager warm-up first (so workspaces reach their final size and,
+    /// under TP, every collective a rank will ever replay has run once on all ranks), then every
+    /// capture (which executes no collective: a rank whose capture fails serves eagerly without
+    /// leaving its peers waiting).
     fn capture_all(&mut self) -> Result<()> {
         let buckets: Vec<usize> = self.buckets.iter().rev().copied().collect();
-        for b in buckets {
+        let modes = [SampleMode::Greedy, SampleMode::TopP];
+        for &b in &buckets {
             let be = self.rank.backend();
             be.ensure_static(b, self.max_pages, self.max_context, self.vocab_local, false)?;
-            for mode in [SampleMode::Greedy, SampleMode::TopP] {
+            for mode in modes {
                 let (ids, batch, rows) = Self::padding_step(b);
                 let (pids, pb) = self.rank.backend().stage_decode(b, &ids, &batch, &rows)?;
-                // Eager warm-up: modules, workspaces, collectives of this size.
                 self.forward_and_sample(&pids, &pb, mode)?;
                 self.rank.backend().stream().synchronize().map_err(|e| EngineError::Backend {
                     backend: "cuda",
                     msg: format!("warm-up of bucket {b}: {e}"),
                 })?;
+            }
+        }
+        for &b in &buckets {
+            for mode in modes {
+                let (ids, batch, rows) = Self::padding_step(b);
+                let (pids, pb) = self.rank.backend().stage_decode(b, &ids, &batch, &rows)?;
                 match self.capture(b, &pids, &pb, mode) {
                     Ok(g) => {
                         self.graphs.insert((b, mode), g);
@@ -167,8 +178,7 @@ impl CudaDecodeRunner {
                         self.graphs.clear();
                         self.enabled = false;
                         self.disabled_reason = Some(why);
-                        self.rank.backend().unstage()?;
-                        return Ok(());
+                        return self.rank.backend().unstage();
                     }
                 }
             }

@@ -192,7 +192,8 @@ pub mod cuda {
         let row = static_input_row_bytes(pages_per_seq)
             + 40
             + 8 * crate::backend::cuda::STATIC_TOPK as u64
-            + 2 * (cfg.vocab_size / tp) as u64 * if tp > 1 { 2 } else { 1 };
+            // the bucket's logits copy and, at TP > 1, the all-gathered [tp, rows, vocab/tp].
+            + 2 * (cfg.vocab_size / tp) as u64 * if tp > 1 { 1 + tp as u64 } else { 1 };
         let per_graph = if graphs.enabled { 4 << 20 } else { 0 };
         let mut budgets = Vec::with_capacity(tp);
         for &d in devices {

@@ -94,8 +94,8 @@ struct ModelArgs {
     /// GPU ordinals of the ranks, comma-separated (default: N, N+1, ... from --device cuda:N).
     #[arg(long, value_delimiter = ',')]
     devices: Option<Vec<usize>>,
-    /// Seconds a tensor-parallel step may take before the watchdog aborts the communicator and
-    /// the run fails.
+    /// Seconds a tensor-parallel step (or the ranks' start-up: loading, graph capture) may take
+    /// before the watchdog aborts the communicator and the run fails.
     #[arg(long, default_value_t = 300, value_parser = positive_arg)]
     step_timeout: usize,
     /// CUDA: decode eagerly instead of replaying CUDA graphs captured per batch bucket.
@@ -157,7 +157,7 @@ struct BenchArgs {
     /// Generated tokens per sequence.
     #[arg(long, default_value_t = 32, value_parser = positive_arg)]
     gen_len: usize,
-    /// After the run, time 16 more decode steps eagerly with CUDA events around every op and
+    /// After the run, time up to 16 more decode steps (gen-len - 1) eagerly with CUDA events around every op and
     /// print the step's time by op family (GEMM, GDN, attention, norms/elementwise, sampling,
     /// collectives) and the host gap (CUDA backend, one device).
     #[arg(long)]
@@ -262,12 +262,16 @@ fn cuda_device(device: &str) -> Result<Option<usize>> {
 }
 
 /// Refuse CPU loads whose weights (`elem` bytes each) and state pools cannot fit in memory, with
-/// a clear message. Counted: the weights, the loader's f32 staging copy of the largest tensor
+/// a clear message (`tp` in-process ranks each hold a copy of the embedding). Counted: the
+/// weights, the loader's f32 staging copy of the largest tensor
 /// (the `vocab x hidden` embedding / LM head; 4 GB at Qwen3.5-9B) and the KV / GDN state pools of
 /// `cache` ([`CacheConfig::memory_bytes`]).
-fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig) -> Result<()> {
-    let staging = (cfg.vocab_size as u64) * (cfg.hidden_size as u64) * 4;
-    let weights = cfg.num_parameters() as u64 * elem as u64 + staging;
+fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig, tp: usize) -> Result<()> {
+    // Every rank (thread) stages and keeps its own copy of the replicated embedding.
+    let table = (cfg.vocab_size as u64) * (cfg.hidden_size as u64);
+    let staging = table * 4 * tp as u64;
+    let replicas = table * elem as u64 * (tp as u64).saturating_sub(1);
+    let weights = cfg.num_parameters() as u64 * elem as u64 + staging + replicas;
     let pools = cache.memory_bytes(cfg, elem);
     let bytes = weights.saturating_add(pools);
     let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
@@ -345,7 +349,7 @@ fn load(
         Dtype::F32 => 4,
         Dtype::Bf16 => 2,
     };
-    check_cpu_memory(&cfg, elem, &cache)?;
+    check_cpu_memory(&cfg, elem, &cache, common.tp)?;
     Ok(match (common.dtype, common.tp) {
         (Dtype::F32, 1) => load_cpu::<f32>(&cfg, &src, cache, progress)?,
         (Dtype::Bf16, 1) => load_cpu::<bf16>(&cfg, &src, cache, progress)?,
@@ -604,6 +608,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
 /// The backend-generic part of `bench`.
 fn run_bench(a: &BenchArgs, mut engine: Engine, t_load: Instant) -> Result<()> {
     let load_s = t_load.elapsed().as_secs_f64();
+    if a.breakdown && engine.profile(None)?.is_none() {
+        bail!("--breakdown needs the CUDA backend on one device (no --tp / --devices)");
+    }
     let cfg = engine.config().clone();
     let mut rng = StdRng::seed_from_u64(a.common.weight_seed ^ 0x5eed);
     let requests: Vec<Request> = (0..a.batch)

@@ -198,6 +198,9 @@ struct Scratch {
     batch: Option<(StepBatch, DeviceBatch)>,
     gdr_ws: Option<CudaSlice<u8>>,
     attn_ws: Option<CudaSlice<f32>>,
+    /// Attention workspaces replaced by a larger one: kept alive, because CUDA graphs captured
+    /// earlier may still read them (never freed before the backend).
+    retired_attn_ws: Vec<CudaSlice<f32>>,
     statics: std::collections::HashMap<usize, DecodeStatic>,
     /// The bucket whose staged inputs the current step uses (see [`CudaBackend::stage_decode`]).
     active: Option<usize>,
@@ -870,14 +873,20 @@ fn check_rows(op: &str, what: &str, t: &CudaTensor, rows: usize) -> Result<()> {
 }
 
 /// Grows `ws` to at least `len` elements (contents unspecified) and returns it.
+/// `ws`, grown to at least `len` elements. A replaced buffer goes to `retired` when given
+/// (graphs captured over it stay valid), else it is freed.
 fn grow<'w, T: deltakit::cudarc::driver::DeviceRepr>(
     stream: &Arc<CudaStream>,
     ws: &'w mut Option<CudaSlice<T>>,
     len: usize,
+    retired: Option<&mut Vec<CudaSlice<T>>>,
 ) -> Result<&'w mut CudaSlice<T>> {
     if ws.as_ref().is_none_or(|w| w.len() < len) {
-        *ws = None; // free the old one first
-                    // SAFETY: workspaces are scratch whose contents on entry don't matter to the kernels.
+        if let (Some(old), Some(keep)) = (ws.take(), retired) {
+            keep.push(old);
+        }
+        *ws = None;
+        // SAFETY: workspaces are scratch whose contents on entry don't matter to the kernels.
         *ws = Some(unsafe { alloc_uninit::<T>(stream, len) }?);
     }
     ws.as_mut().ok_or_else(|| err("workspace allocation failed".into()))
@@ -1149,7 +1158,7 @@ impl Backend for CudaBackend {
             match batch.kind {
                 StepKind::Prefill => {
                     let n = batch.num_seqs();
-                    let ws = grow(s, gdr_ws, chunk_prefill::workspace_bytes(gd, t, n))?;
+                    let ws = grow(s, gdr_ws, chunk_prefill::workspace_bytes(gd, t, n), None)?;
                     let inputs = ChunkPrefillInputs {
                         q,
                         k,
@@ -1238,7 +1247,8 @@ impl Backend for CudaBackend {
                 let g = &*guard;
                 g.active.and_then(|b| g.statics.get(&b)).map(|s| s.split_ctx)
             };
-            let Scratch { batch: cached, attn_ws, statics, active, .. } = &mut *guard;
+            let Scratch { batch: cached, attn_ws, retired_attn_ws, statics, active, .. } =
+                &mut *guard;
             let db = self.upload_batch(cached, statics, *active, batch)?;
             let s = &self.stream;
             let ad = attn::AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: hd };
@@ -1289,7 +1299,12 @@ impl Backend for CudaBackend {
                         db.seq_lens_host.iter().copied().max().unwrap_or(1).max(1) as usize
                     });
                     let splits = attn::decode_splits(n, ad, max_ctx);
-                    let ws = grow(s, attn_ws, attn::decode_workspace_len(n, ad, splits))?;
+                    let ws = grow(
+                        s,
+                        attn_ws,
+                        attn::decode_workspace_len(n, ad, splits),
+                        Some(retired_attn_ws),
+                    )?;
                     attn::decode(
                         s,
                         &q.v(),
