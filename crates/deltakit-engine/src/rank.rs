@@ -251,6 +251,30 @@ impl<B: Backend> StepRunner for Rank<B> {
         self.be.gather_cols_to_host(&t)
     }
 
+    /// As the trait's default, except that ranks other than 0 only run the step (its all-gather
+    /// included) and skip the host sampling, whose result only rank 0 reports.
+    fn decode_sample(
+        &mut self,
+        ids: &[u32],
+        batch: &StepBatch,
+        rows: &[RowSampling],
+    ) -> Result<Vec<Sampled>> {
+        use rayon::prelude::*;
+        let logits = self.step(ids, batch, &WantRows::All)?;
+        if self.model.plan().rank != 0 {
+            return Ok(Vec::new());
+        }
+        let vocab = self.config().vocab_size;
+        if logits.len() != rows.len() * vocab {
+            return Err(EngineError::Request(format!(
+                "decode_sample: {} logits for {} rows of {vocab}",
+                logits.len(),
+                rows.len()
+            )));
+        }
+        logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
+    }
+
     fn reset_slot(&mut self, slot: usize) -> Result<()> {
         for g in &mut self.caches.gdn {
             self.be.reset_gdn_slot(g, slot)?;
