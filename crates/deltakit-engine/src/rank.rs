@@ -71,6 +71,19 @@ pub enum Fault {
     },
 }
 
+/// Host sampling of decode logits `[rows, vocab]`, row `i` per `rows[i]` ([`sample_row`]).
+fn sample_logits(logits: &[f32], vocab: usize, rows: &[RowSampling]) -> Result<Vec<Sampled>> {
+    use rayon::prelude::*;
+    if logits.len() != rows.len() * vocab {
+        return Err(EngineError::Request(format!(
+            "decode_sample: {} logits for {} rows of {vocab}",
+            logits.len(),
+            rows.len()
+        )));
+    }
+    logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
+}
+
 /// Run the injected fault of layer `layer`, if any.
 fn fault_hook(fault: Option<&Fault>, layer: usize) -> Result<()> {
     match fault {
@@ -113,17 +126,8 @@ pub trait StepRunner {
         batch: &StepBatch,
         rows: &[RowSampling],
     ) -> Result<Vec<Sampled>> {
-        use rayon::prelude::*;
         let logits = self.step(ids, batch, &WantRows::All)?;
-        let vocab = self.config().vocab_size;
-        if logits.len() != rows.len() * vocab {
-            return Err(EngineError::Request(format!(
-                "decode_sample: {} logits for {} rows of {vocab}",
-                logits.len(),
-                rows.len()
-            )));
-        }
-        logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
+        sample_logits(&logits, self.config().vocab_size, rows)
     }
 
     /// Per-op-family GPU timing of decode steps (`deltakit bench --breakdown`): `Some(on)` turns
@@ -259,20 +263,11 @@ impl<B: Backend> StepRunner for Rank<B> {
         batch: &StepBatch,
         rows: &[RowSampling],
     ) -> Result<Vec<Sampled>> {
-        use rayon::prelude::*;
         let logits = self.step(ids, batch, &WantRows::All)?;
         if self.model.plan().rank != 0 {
             return Ok(Vec::new());
         }
-        let vocab = self.config().vocab_size;
-        if logits.len() != rows.len() * vocab {
-            return Err(EngineError::Request(format!(
-                "decode_sample: {} logits for {} rows of {vocab}",
-                logits.len(),
-                rows.len()
-            )));
-        }
-        logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
+        sample_logits(&logits, self.config().vocab_size, rows)
     }
 
     fn reset_slot(&mut self, slot: usize) -> Result<()> {
