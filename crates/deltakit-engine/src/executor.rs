@@ -100,6 +100,23 @@ pub struct Executor {
     poisoned: Option<EngineError>,
 }
 
+/// `e` as a [`EngineError::Rank`] of `rank` (kept as is when it already names its rank), its
+/// message prefixed by `prefix`.
+fn rank_error(rank: usize, e: EngineError, prefix: &str) -> EngineError {
+    match e {
+        e @ EngineError::Rank { .. } => e,
+        e => EngineError::Rank { rank, msg: format!("{prefix}{e}") },
+    }
+}
+
+/// A copy of a rank error (`EngineError` is not `Clone`: it can hold an `io::Error`).
+fn clone_rank_error(e: &EngineError) -> EngineError {
+    match e {
+        EngineError::Rank { rank, msg } => EngineError::Rank { rank: *rank, msg: msg.clone() },
+        other => EngineError::Rank { rank: usize::MAX, msg: other.to_string() },
+    }
+}
+
 /// `now + d`, saturating at ~100 years (a huge `--step-timeout` means "no watchdog").
 fn deadline_after(d: Duration) -> Instant {
     let now = Instant::now();
@@ -210,10 +227,7 @@ impl Executor {
                     aborts.extend(abort);
                 }
                 Ok(Ready { rank, result: Err(e) }) => {
-                    first_err.get_or_insert(match e {
-                        e @ EngineError::Rank { .. } => e,
-                        e => EngineError::Rank { rank, msg: format!("start-up failed: {e}") },
-                    });
+                    first_err.get_or_insert(rank_error(rank, e, "start-up failed: "));
                     break;
                 }
                 Err(_) => {
@@ -259,29 +273,25 @@ impl Executor {
         self.poisoned.as_ref()
     }
 
+    /// Abort the communicator and remember the first failure (`e` is always a
+    /// [`EngineError::Rank`], see [`rank_error`]).
     fn poison(&mut self, e: &EngineError) {
         let why = e.to_string();
         for a in &self.aborts {
             a.abort(&why);
         }
         if self.poisoned.is_none() {
-            self.poisoned = Some(match e {
-                EngineError::Rank { rank, msg } => {
-                    EngineError::Rank { rank: *rank, msg: msg.clone() }
-                }
-                other => EngineError::Rank { rank: usize::MAX, msg: other.to_string() },
-            });
+            self.poisoned = Some(clone_rank_error(e));
         }
     }
 
     fn refuse(&self) -> Result<()> {
         match &self.poisoned {
-            None => Ok(()),
             Some(EngineError::Rank { rank, msg }) => Err(EngineError::Rank {
                 rank: *rank,
                 msg: format!("executor poisoned by an earlier failure, refusing the step: {msg}"),
             }),
-            Some(e) => Err(EngineError::Rank { rank: usize::MAX, msg: e.to_string() }),
+            _ => Ok(()),
         }
     }
 
@@ -315,10 +325,7 @@ impl Executor {
                         Ok(_) => {}
                         Err(e) => {
                             if first_err.is_none() {
-                                let e = match e {
-                                    e @ EngineError::Rank { .. } => e,
-                                    e => EngineError::Rank { rank, msg: e.to_string() },
-                                };
+                                let e = rank_error(rank, e, "");
                                 self.poison(&e);
                                 first_err = Some(e);
                             }

@@ -17,7 +17,7 @@ use crate::comm::AbortHandle;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::model::{LogitsRows, ModelCaches, Qwen35};
-use crate::sampling::{sample_row, RowSampling, Sampled};
+use crate::sampling::{sample_rows, RowSampling, Sampled};
 use crate::state::CacheConfig;
 
 /// Which logits rows a step returns (owned, so it can cross to rank threads).
@@ -71,19 +71,6 @@ pub enum Fault {
     },
 }
 
-/// Host sampling of decode logits `[rows, vocab]`, row `i` per `rows[i]` ([`sample_row`]).
-fn sample_logits(logits: &[f32], vocab: usize, rows: &[RowSampling]) -> Result<Vec<Sampled>> {
-    use rayon::prelude::*;
-    if logits.len() != rows.len() * vocab {
-        return Err(EngineError::Request(format!(
-            "decode_sample: {} logits for {} rows of {vocab}",
-            logits.len(),
-            rows.len()
-        )));
-    }
-    logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
-}
-
 /// Run the injected fault of layer `layer`, if any.
 fn fault_hook(fault: Option<&Fault>, layer: usize) -> Result<()> {
     match fault {
@@ -115,7 +102,7 @@ pub trait StepRunner {
 
     /// One decode step (one new token per row) that samples row `i` per `rows[i]` and returns
     /// only the sampled tokens, log-probabilities and requested top-K lists. The default runs
-    /// [`StepRunner::step`] and samples the logits rows on the host ([`sample_row`]); device
+    /// [`StepRunner::step`] and samples the logits rows on the host ([`sample_rows`]); device
     /// runners sample on the device with the same semantics.
     ///
     /// # Errors
@@ -127,7 +114,7 @@ pub trait StepRunner {
         rows: &[RowSampling],
     ) -> Result<Vec<Sampled>> {
         let logits = self.step(ids, batch, &WantRows::All)?;
-        sample_logits(&logits, self.config().vocab_size, rows)
+        sample_rows(&logits, self.config().vocab_size, rows)
     }
 
     /// Per-op-family GPU timing of decode steps (`deltakit bench --breakdown`): `Some(on)` turns
@@ -267,7 +254,7 @@ impl<B: Backend> StepRunner for Rank<B> {
         if self.model.plan().rank != 0 {
             return Ok(Vec::new());
         }
-        sample_logits(&logits, self.config().vocab_size, rows)
+        sample_rows(&logits, self.config().vocab_size, rows)
     }
 
     fn reset_slot(&mut self, slot: usize) -> Result<()> {

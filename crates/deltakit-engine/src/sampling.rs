@@ -154,6 +154,23 @@ pub fn sample_row(row: &[f32], s: &RowSampling) -> Result<Sampled> {
     Ok(Sampled { token: tok, logprob: (f64::from(row[tok as usize]) - lse) as f32, topk })
 }
 
+/// Sample decode logits `[rows, vocab]` on the host, row `i` per `rows[i]` ([`sample_row`]),
+/// rows in parallel.
+///
+/// # Errors
+/// [`EngineError::Request`] if `logits` is not `rows.len() * vocab` long, or as [`sample_row`].
+pub fn sample_rows(logits: &[f32], vocab: usize, rows: &[RowSampling]) -> Result<Vec<Sampled>> {
+    use rayon::prelude::*;
+    if logits.len() != rows.len() * vocab {
+        return Err(EngineError::Request(format!(
+            "decode_sample: {} logits for {} rows of {vocab}",
+            logits.len(),
+            rows.len()
+        )));
+    }
+    logits.par_chunks(vocab).zip(rows.par_iter()).map(|(r, s)| sample_row(r, s)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -727,11 +727,7 @@ impl CudaBackend {
             let f: Vec<f32> = host.iter().map(|x| x.to_f32()).collect();
             let full = super::interleave_gathered(&f, tp, rows, vocab_local);
             let vocab = tp * vocab_local;
-            return sampling
-                .iter()
-                .enumerate()
-                .map(|(i, r)| crate::sampling::sample_row(&full[i * vocab..(i + 1) * vocab], r))
-                .collect();
+            return crate::sampling::sample_rows(&full[..n * vocab], vocab, sampling);
         }
         let vocab = vocab_local;
         let k = STATIC_TOPK.min(vocab);

@@ -24,7 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::backend::{AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch};
 use crate::config::{LayerType, ModelConfig};
 use crate::error::{EngineError, Result};
-use crate::shard::ShardPlan;
+use crate::shard::{Part, ShardPlan};
 use crate::weights::{expected_tensors, WeightSource};
 
 /// Token mixer weights of one layer.
@@ -134,41 +134,32 @@ impl<B: Backend> Qwen35<B> {
         let mut params = 0usize;
         let mut peak_staging = 0u64;
         let seed = src.dummy_seed();
-        for (name, shape, init) in &expected {
-            let part = plan.part(cfg, name)?;
-            let tensor = if let Some(seed) = seed {
-                // Seeded dummy weights are generated where they live (on the device for CUDA).
+        // One shard of one checkpoint tensor onto the backend: seeded dummy weights are generated
+        // where they live (on the device for CUDA), checkpoint parts read from the source.
+        let mut load_part = |name: &str, shape: &[usize], part: &Part, init| -> Result<B::Tensor> {
+            if let Some(seed) = seed {
                 let local = part.local_shape(name, shape)?;
                 params += local.iter().product::<usize>();
-                let p = crate::dummy_init::params(name, shape, *init, seed)?;
-                be.dummy(&local, &p, &part.runs(shape))?
-            } else {
-                let host = src.get_part(name, shape, &part, *init)?;
-                params += host.data.len();
-                peak_staging = peak_staging.max(host.data.len() as u64 * 4);
-                be.upload(&host)?
-            };
+                let p = crate::dummy_init::params(name, shape, init, seed)?;
+                return be.dummy(&local, &p, &part.runs(shape));
+            }
+            let host = src.get_part(name, shape, part, init)?;
+            params += host.data.len();
+            peak_staging = peak_staging.max(host.data.len() as u64 * 4);
+            be.upload(&host)
+        };
+        for (name, shape, init) in &expected {
+            let tensor = load_part(name, shape, &plan.part(cfg, name)?, *init)?;
             t.insert(name.clone(), tensor);
             bar.inc(shape.iter().product::<usize>() as u64);
         }
         // A tied LM head under TP: this rank's vocabulary rows of the embedding, uploaded on
         // their own (the embedding itself stays replicated).
         let tied_shard = if cfg.tie_word_embeddings && plan.tp > 1 {
-            let p = cfg.arch.weight_prefix();
-            let name = format!("{p}embed_tokens.weight");
+            let name = format!("{}embed_tokens.weight", cfg.arch.weight_prefix());
             let shape = [cfg.vocab_size, cfg.hidden_size];
-            let part = plan.lm_head_part();
             let init = crate::weights::Init::Embedding;
-            if let Some(seed) = seed {
-                let local = part.local_shape(&name, &shape)?;
-                params += local.iter().product::<usize>();
-                let p = crate::dummy_init::params(&name, &shape, init, seed)?;
-                Some(be.dummy(&local, &p, &part.runs(&shape))?)
-            } else {
-                let host = src.get_part(&name, &shape, &part, init)?;
-                params += host.data.len();
-                Some(be.upload(&host)?)
-            }
+            Some(load_part(&name, &shape, &plan.lm_head_part(), init)?)
         } else {
             None
         };
