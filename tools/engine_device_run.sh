@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One device call for the engine (tensor parallelism, CUDA graphs, device sampling, dummy
 # weights on the device, the trained fixture's CUDA gate): run on the GPU host from the repository
-# root with `.gpu` (tools/gpu-bundle) carried. Logs go to $OUT (4 files); a summary prints last.
+# root with the bundle (tools/gpu-bundle; `.gpu`, or the folder DELTAKIT_BUNDLE_DIR names) carried.
+# Logs go to $OUT (<= 6 files); a summary prints last.
 #
-#   tools/engine_device_run.sh [tests] [bench] [memcheck]     (default: all three)
+#   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [ncugraph]
+#                                                          (default: tests bench memcheck)
 #
 #   tests     graph_cuda (graph == eager, join/leave, padding, device sampler), golden_cuda (HF
 #             fixtures incl. tiny-trained, TP=1 through the executor + NCCL), init_dummy and the
@@ -12,6 +14,12 @@
 #             / 64, graphs vs --no-graphs, 27B through the executor (--devices 0, NCCL TP=1)
 #   memcheck  compute-sanitizer memcheck over graph_cuda's padded-rows test (graph replay)
 #   breakdown `deltakit bench --breakdown` at 9B b1 / b16 and 27B b1 (per-op-family GPU time)
+#   ab        skinny-GEMM autotune A/B: the default (L2 flushed between timed launches, 16
+#             candidates) vs DELTAKIT_GEMM_TUNE=hot with 8 candidates (the tuning before
+#             2026-12-01), 9B b1 / b16 and 27B b1, graphs
+#   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
+#             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
+#             summarised per kernel family by tools/ncu_step_table.py
 set -uo pipefail
 out="${OUT:-/tmp/engine-run}"
 mkdir -p "$out"
@@ -19,15 +27,16 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests bench memcheck)
 summary=()
 t_start=$(date +%s)
+B="${DELTAKIT_BUNDLE_DIR:-.gpu}"
 
 tests() {
   local f="$out/tests.log"
   : >"$f"
-  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" \
+  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" \
            "init_dummy -- --nocapture" "deltakit_engine -- dummy_init"; do
     local t0; t0=$(date +%s)
     # shellcheck disable=SC2086
-    timeout 240 .gpu/run $t >>"$f" 2>&1
+    timeout 240 "$B/run" $t >>"$f" 2>&1
     local rc=$?
     summary+=("test ${t%% *}: rc $rc, $(( $(date +%s) - t0 ))s, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$f" | tail -n 1)")
   done
@@ -48,7 +57,7 @@ bench() {
     [ "$mode" = "executor" ] && extra=(--devices 0)
     echo "=== $r" >>"$f"
     local t0; t0=$(date +%s)
-    timeout 150 .gpu/run --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" \
+    timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" \
       --load-format dummy --batch "$batch" --prompt-len 512 --gen-len 64 "${extra[@]}" >>"$f" 2>&1
     local rc=$?
     local line; line=$(grep -E '^prefill' "$f" | tail -n 1)
@@ -67,7 +76,7 @@ breakdown() {
     # shellcheck disable=SC2086
     set -- $r
     echo "=== $r" >>"$f"
-    timeout 150 .gpu/run --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
+    timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
       --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 --breakdown >>"$f" 2>&1
     summary+=("breakdown $r: rc $?")
   done
@@ -75,9 +84,36 @@ breakdown() {
 
 memcheck() {
   local f="$out/memcheck.log"
-  timeout 200 .gpu/run --wrap "compute-sanitizer --tool memcheck --error-exitcode 9" graph_cuda \
+  timeout 200 "$B/run" --wrap "compute-sanitizer --tool memcheck --error-exitcode 9" graph_cuda \
     -- padded_rows --test-threads=1 >"$f" 2>&1
   summary+=("memcheck graph_cuda padded_rows: rc $?, $(grep -hE 'ERROR SUMMARY' "$f" | tail -n 1) | $(tail -n 1 "$f")")
+}
+
+ab() {
+  local f="$out/ab.log"
+  : >"$f"
+  for r in "9b 1" "9b 16" "27b 1"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    for mode in cold hot; do
+      local env=()
+      [ "$mode" = hot ] && env=(DELTAKIT_GEMM_TUNE=hot DELTAKIT_GEMM_TUNE_CANDIDATES=8)
+      echo "=== $r $mode" >>"$f"
+      env "${env[@]}" timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
+        --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 >>"$f" 2>&1
+      summary+=("ab $r tune=$mode: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
+    done
+  done
+}
+
+ncugraph() {
+  local f="$out/ncugraph.log"
+  DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
+    --graph-profiling node --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    --csv --page raw --log-file "$out/ncugraph.csv" "$B/run" --cli bench --device cuda:0 \
+    --config tests/configs/qwen3.5-9b --load-format dummy --batch 1 --prompt-len 64 --gen-len 48 >"$f" 2>&1
+  summary+=("ncugraph 9b b1: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
+  python3 tools/ncu_step_table.py "$out/ncugraph.csv" >>"$f" 2>&1
 }
 
 for s in "${steps[@]}"; do
@@ -86,6 +122,8 @@ for s in "${steps[@]}"; do
     bench) bench ;;
     memcheck) memcheck ;;
     breakdown) breakdown ;;
+    ab) ab ;;
+    ncugraph) ncugraph ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
@@ -93,3 +131,4 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader >"$out/g
 echo "==== engine device run ($(( $(date +%s) - t_start ))s; logs in $out)"
 printf '%s\n' "${summary[@]}"
 [ -f "$out/breakdown.log" ] && grep -E "^===|^breakdown|^  " "$out/breakdown.log"
+[ -f "$out/ncugraph.log" ] && grep -A60 "^ncu step table" "$out/ncugraph.log"

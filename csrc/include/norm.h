@@ -32,6 +32,11 @@ typedef struct DkRmsNormGatedParams {
   int64_t rows;
   int64_t d;
   float eps;
+  /** 0: z contiguous `[rows, d]`. Else z's token rows are `z_token_stride` elements apart, each
+   *  holding `z_heads` rows of `d` (rows = T * z_heads): z as a column view of a merged
+   *  projection. */
+  int64_t z_token_stride;
+  int64_t z_heads;
 } DkRmsNormGatedParams;
 
 /** norm.rms_gated (CUDA C++). */

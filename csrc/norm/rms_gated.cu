@@ -1,7 +1,8 @@
 // norm.rms_gated: gated RMSNorm per value head (HF Qwen3_5RMSNormGated), per row of d = V:
 // n = bf16(x * rsqrt(mean(x^2) + eps)); y = bf16(w * n) (plain w); out = bf16(y * silu(z)).
 // CPU twin: deltakit_ref::norm::rms_norm_gated. Layout and thread mapping: see common.cuh
-// (rows = T * H_v; a warp per row for V <= 1024).
+// (rows = T * H_v; a warp per row for V <= 1024). z may be a strided column view of a merged
+// projection (z_token_stride / z_heads below).
 #include "common.cuh"
 
 extern "C" dk_status dk_norm_rms_gated(const DkRmsNormGatedParams* p, dk_stream_t stream) {
@@ -14,5 +15,8 @@ extern "C" dk_status dk_norm_rms_gated(const DkRmsNormGatedParams* p, dk_stream_
   a.rows = p->rows;
   a.d = p->d;
   a.eps = p->eps;
+  // z_token_stride 0: z is contiguous like x.
+  a.z_heads = p->z_token_stride == 0 ? 1 : p->z_heads;
+  a.z_token_stride = p->z_token_stride == 0 ? p->d : p->z_token_stride;
   return dk_norm::launch<dk_norm::kGated>(a, stream);
 }

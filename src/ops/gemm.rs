@@ -52,8 +52,33 @@ struct Plan {
 /// the heuristic's first choice.
 pub const TUNE_MAX_M: usize = 256;
 
-/// Heuristic candidates timed per skinny shape.
-pub const TUNE_CANDIDATES: usize = 8;
+/// Heuristic candidates timed per skinny shape (`DELTAKIT_GEMM_TUNE_CANDIDATES` overrides it,
+/// 1..=64; 1 turns tuning off).
+pub const TUNE_CANDIDATES: usize = 16;
+
+/// Bytes written between timed launches while tuning, so that every candidate reads its weights
+/// from DRAM as a decode step does (a step streams every layer's weights once: they are never in
+/// L2, while back-to-back launches of one 32 MB weight would hit the H200's 50 MB L2). Twice the
+/// largest L2 of the supported GPUs.
+pub const TUNE_FLUSH_BYTES: usize = 128 << 20;
+
+/// Timed launches per candidate (each after an L2 flush); the candidate's time is their sum.
+pub const TUNE_REPS: usize = 3;
+
+/// Tuning settings read once from the environment: `(candidates, cold)`.
+/// `DELTAKIT_GEMM_TUNE=hot` times back-to-back launches without flushing L2 (the behaviour before
+/// 2026-12-01, kept for A/B measurements); anything else (or unset) flushes.
+fn tune_settings() -> (usize, bool) {
+    static S: std::sync::OnceLock<(usize, bool)> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        let n = std::env::var("DELTAKIT_GEMM_TUNE_CANDIDATES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(TUNE_CANDIDATES, |n| n.clamp(1, 64));
+        let cold = std::env::var("DELTAKIT_GEMM_TUNE").map_or(true, |v| v != "hot");
+        (n, cold)
+    })
+}
 
 impl Drop for Plan {
     fn drop(&mut self) {
@@ -203,7 +228,7 @@ impl Gemm {
                 .try_for_each(|attr| set(attr, (&raw const align).cast(), std::mem::size_of::<u32>()))
             })
             .and_then(|()| {
-                let want = if key.m <= TUNE_MAX_M && !key.accumulate { TUNE_CANDIDATES } else { 1 };
+                let want = if key.m <= TUNE_MAX_M && !key.accumulate { tune_settings().0 } else { 1 };
                 // SAFETY: plain-data results, written by cuBLASLt for the first `count` entries.
                 let mut res: Vec<sys::cublasLtMatmulHeuristicResult_t> =
                     vec![std::mem::zeroed(); want];
@@ -240,8 +265,10 @@ impl Gemm {
     }
 
     /// Time `plan`'s candidates on the call's operands (`out` is overwritten; `accumulate` plans
-    /// have a single candidate) and keep the fastest: 2 warm-up and 5 timed launches each, CUDA
-    /// events on the handle's stream. Never while the stream is being captured into a graph.
+    /// have a single candidate) and keep the fastest: 2 warm-up launches, then [`TUNE_REPS`]
+    /// launches each timed alone with CUDA events after a [`TUNE_FLUSH_BYTES`] memset that evicts
+    /// the weights from L2 (see [`TUNE_FLUSH_BYTES`]). Never while the stream is being captured
+    /// into a graph.
     #[allow(clippy::too_many_arguments)]
     fn tune(&self, plan: &mut Plan, xp: u64, wp: u64, op: u64, wsp: u64) -> Result<()> {
         if plan.candidates.len() < 2 {
@@ -253,6 +280,9 @@ impl Gemm {
         {
             return Ok(());
         }
+        let cold = tune_settings().1;
+        // Freed when tuning ends: the flush buffer is not kept for the handle's lifetime.
+        let mut flush = if cold { Some(stream.alloc_zeros::<u8>(TUNE_FLUSH_BYTES)?) } else { None };
         let ctx = stream.context();
         let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut best = (f32::INFINITY, plan.algo);
@@ -268,11 +298,23 @@ impl Gemm {
             if run(2).is_err() {
                 continue; // a candidate that fails to launch is skipped
             }
-            let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
-            a.record(stream)?;
-            run(5)?;
-            b.record(stream)?;
-            let ms = a.elapsed_ms(&b)?;
+            let mut ms = 0f32;
+            if let Some(f) = flush.as_mut() {
+                for _ in 0..TUNE_REPS {
+                    stream.memset_zeros(f)?;
+                    let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
+                    a.record(stream)?;
+                    run(1)?;
+                    b.record(stream)?;
+                    ms += a.elapsed_ms(&b)?;
+                }
+            } else {
+                let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
+                a.record(stream)?;
+                run(5)?;
+                b.record(stream)?;
+                ms = a.elapsed_ms(&b)?;
+            }
             if ms < best.0 {
                 best = (ms, algo);
             }

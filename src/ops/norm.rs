@@ -132,10 +132,59 @@ pub fn rms_gated(
     eps: f32,
     out: &mut impl DevicePtrMut<bf16>,
 ) -> Result<()> {
+    rms_gated_strided(stream, x, (z, None), w, eps, out)
+}
+
+/// [`rms_gated`] with `z` as a strided column view of a merged projection: `z = (view, Some((
+/// token_stride, heads)))` reads token `t`'s `heads` rows of `d` at `t * token_stride` (the
+/// engine's `[in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]` decode GEMM output, `heads =
+/// H_v`); `None` is contiguous `[rows, d]`. `x` and `out` stay contiguous `[T * heads, d]`.
+///
+/// # Errors
+/// As [`rms`]; `heads` of 0 or not dividing the row count, `token_stride < heads * d`, or a `z`
+/// view shorter than its last row ([`Error::Shape`] naming `z`).
+pub fn rms_gated_strided(
+    stream: &CudaStream,
+    x: &impl DevicePtr<bf16>,
+    z: (&impl DevicePtr<bf16>, Option<(usize, usize)>),
+    w: &impl DevicePtr<bf16>,
+    eps: f32,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
     const OP: &str = "norm.rms_gated";
     let d = w.len();
     let rows = rows_of(OP, x.len(), d)?;
-    validate::len(OP, "z", z.len(), x.len())?;
+    let (z, zs) = z;
+    let (z_token_stride, z_heads) = match zs {
+        None => {
+            validate::len(OP, "z", z.len(), x.len())?;
+            (0, 1)
+        }
+        Some((stride, heads)) => {
+            if heads == 0 || rows % heads != 0 {
+                return Err(Error::shape(
+                    OP,
+                    "z heads",
+                    format!("a divisor of {rows} rows"),
+                    heads,
+                ));
+            }
+            if stride < heads * d {
+                return Err(Error::shape(
+                    OP,
+                    "z token stride",
+                    format!(">= heads * d = {}", heads * d),
+                    stride,
+                ));
+            }
+            let tokens = rows / heads;
+            let need = if tokens == 0 { 0 } else { (tokens - 1) * stride + heads * d };
+            if z.len() < need {
+                return Err(Error::shape(OP, "z", format!("len >= {need}"), z.len()));
+            }
+            (stride, heads)
+        }
+    };
     validate::len(OP, "out", out.len(), x.len())?;
     check_eps(OP, eps)?;
     same_context(OP, "x", stream, x)?;
@@ -158,7 +207,10 @@ pub fn rms_gated(
         rows: validate::i64_of(OP, "x", rows)?,
         d: validate::i64_of(OP, "w", d)?,
         eps,
+        z_token_stride: validate::i64_of(OP, "z token stride", z_token_stride)?,
+        z_heads: validate::i64_of(OP, "z heads", z_heads)?,
     };
-    // SAFETY: live device buffers of the checked lengths in the stream's context.
+    // SAFETY: live device buffers of the checked lengths (z: up to its last strided row) in the
+    // stream's context.
     check(OP, unsafe { ffi::dk_norm_rms_gated(&raw const params, raw_stream(stream)) })
 }

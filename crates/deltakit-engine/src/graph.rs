@@ -48,6 +48,27 @@ use crate::state::CacheConfig;
 
 /// The sampling mode a decode step needs: greedy when every row is greedy (the kernels'
 /// definition: temperature NaN, `<= 0` or too small to invert).
+/// `DELTAKIT_NCU_REPLAY=N` (a profiling aid): the `N`-th graph replay of the process runs between
+/// `cuProfilerStart` and `cuProfilerStop`, so `ncu --profile-from-start off --graph-profiling node`
+/// profiles exactly one decode step's kernels. Returns whether this replay is that one (the caller
+/// stops the profiler after it).
+fn ncu_window() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WANT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let Some(want) = *WANT
+        .get_or_init(|| std::env::var("DELTAKIT_NCU_REPLAY").ok().and_then(|v| v.parse().ok()))
+    else {
+        return false;
+    };
+    if COUNT.fetch_add(1, Ordering::Relaxed) + 1 != want {
+        return false;
+    }
+    // SAFETY: plain driver call on this thread's bound context.
+    let _ = unsafe { deltakit::cudarc::driver::sys::cuProfilerStart() };
+    true
+}
+
 fn mode_of(rows: &[RowSampling]) -> SampleMode {
     if rows.iter().all(|r| deltakit_ref::sample::inverse_temperature(r.temperature).is_none()) {
         SampleMode::Greedy
@@ -239,10 +260,16 @@ impl StepRunner for CudaDecodeRunner {
         let (pids, pb) = be.stage_decode(bucket, ids, batch, rows)?;
         let res = match self.graphs.get(&(bucket, mode)) {
             Some(g) if self.enabled && !self.profiling => {
-                g.launch().map_err(|e| EngineError::Backend {
+                let ncu = ncu_window();
+                let r = g.launch().map_err(|e| EngineError::Backend {
                     backend: "cuda",
                     msg: format!("graph replay of bucket {bucket}: {e}"),
-                })
+                });
+                if ncu {
+                    // SAFETY: plain driver call on this thread's bound context.
+                    let _ = unsafe { deltakit::cudarc::driver::sys::cuProfilerStop() };
+                }
+                r
             }
             _ => self.forward_and_sample(&pids, &pb, mode),
         };

@@ -407,16 +407,15 @@ impl<T: Elem> Backend for Cpu<T> {
     fn gdn_mix(
         &self,
         proj: &CpuTensor<T>,
-        z: &CpuTensor<T>,
         w: &GdnMixWeights<CpuTensor<T>>,
         dims: GdnDims,
         batch: &StepBatch,
         state: &mut CpuGdnState<T>,
     ) -> Result<CpuTensor<T>> {
-        let (cd, hv) = (dims.conv_dim(), dims.h_v);
-        check_cols("gdn_mix", "proj", proj, cd + 2 * hv)?;
-        let [qkv, b, a] = split_cols(proj, [cd, hv, hv]);
-        Self::gdn_mix_parts(&qkv, z, &b, &a, w, dims, batch, state)
+        let (cd, hv, vd) = (dims.conv_dim(), dims.h_v, dims.h_v * dims.v);
+        check_cols("gdn_mix", "proj", proj, cd + vd + 2 * hv)?;
+        let [qkv, z, b, a] = split_cols(proj, [cd, vd, hv, hv]);
+        Self::gdn_mix_parts(&qkv, &z, &b, &a, w, dims, batch, state)
     }
 
     fn attention(

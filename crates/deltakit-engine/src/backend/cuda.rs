@@ -1071,7 +1071,6 @@ impl Backend for CudaBackend {
     fn gdn_mix(
         &self,
         proj: &CudaTensor,
-        z: &CudaTensor,
         w: &GdnMixWeights<CudaTensor>,
         dims: GdnDims,
         batch: &StepBatch,
@@ -1081,12 +1080,11 @@ impl Backend for CudaBackend {
             const OP: &str = "gdn_mix";
             let t = batch.num_tokens();
             let cd = dims.conv_dim();
-            // proj = [qkv | b | a], row stride pc: read through strided views, no split copies.
-            let pc = cd + 2 * dims.h_v;
+            // proj = [qkv | z | b | a], row stride pc: read through strided views, no split copies.
+            let vd = dims.h_v * dims.v;
+            let pc = cd + vd + 2 * dims.h_v;
             check_cols(OP, "proj", proj, pc)?;
             check_rows(OP, "proj", proj, t)?;
-            check_cols(OP, "z", z, dims.h_v * dims.v)?;
-            check_rows(OP, "z", z, t)?;
             check_cols(OP, "conv_w", &w.conv_w, dims.conv_kernel)?;
             check_rows(OP, "conv_w", &w.conv_w, cd)?;
             if state.dims != dims {
@@ -1096,7 +1094,6 @@ impl Backend for CudaBackend {
                 )));
             }
             check_gdn(dims)?;
-            let vd = dims.h_v * dims.v;
             let mut out = self.output(t, vd)?;
             if t == 0 {
                 return Ok(out);
@@ -1146,7 +1143,7 @@ impl Backend for CudaBackend {
             let (q, k, v) = (cv.slice(..), cv.slice(kd..), cv.slice(2 * kd..));
             let strides = DecodeStrides { q: Some(cd), k: Some(cd), v: Some(cd), ab: Some(pc) };
             let pv = proj.v();
-            let (b_view, a_view) = (pv.slice(cd..), pv.slice(cd + dims.h_v..));
+            let (b_view, a_view) = (pv.slice(cd + vd..), pv.slice(cd + vd + dims.h_v..));
             let gd = GdrDims { h_k: dims.h_k, h_v: dims.h_v, k: dims.k, v: dims.v };
             let opts = GdrOptions::default();
             let (a_log, dt_bias) = (w.a_log.f32_view("A_log")?, w.dt_bias.f32_view("dt_bias")?);
@@ -1204,7 +1201,8 @@ impl Backend for CudaBackend {
             }
             // Gated RMSNorm per value head: rows [T * H_v, V].
             check_cols(OP, "norm_w", &w.norm_w, dims.v)?;
-            norm::rms_gated(s, &o.v(), &z.v(), &w.norm_w.v(), dims.eps, &mut out.vm())
+            let z = (&pv.slice(cd..), Some((pc, dims.h_v)));
+            norm::rms_gated_strided(s, &o.v(), z, &w.norm_w.v(), dims.eps, &mut out.vm())
                 .map_err(dk)?;
             Ok(out)
         })

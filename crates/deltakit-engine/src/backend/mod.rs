@@ -219,13 +219,13 @@ pub trait Backend {
     fn silu_and_mul(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
 
     /// The GDN token mixer between the input projections and `out_proj`
-    /// (HF `Qwen3_5GatedDeltaNet.forward`): `proj` is the merged projection `[T, conv_dim + 2
-    /// H_v]` = `[in_proj_qkv | in_proj_b | in_proj_a]` (one GEMM at load-time concatenated
-    /// weights); causal conv1d + SiLU over its `qkv` columns (carrying each sequence's conv
-    /// state), split into `q | k | v`, gating `g = -exp(A_log) softplus(a + dt_bias)`,
-    /// `beta = sigmoid(b)`, the gated delta rule with L2-normalised q/k (carrying the recurrent
-    /// state in the sequence's slot), then the gated RMSNorm per value head with `z`
-    /// (`[T, H_v V]`). Returns `[T, H_v V]`.
+    /// (HF `Qwen3_5GatedDeltaNet.forward`): `proj` is the merged projection `[T, conv_dim +
+    /// H_v V + 2 H_v]` = `[in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]` (one GEMM over
+    /// load-time concatenated weights); causal conv1d + SiLU over its `qkv` columns (carrying
+    /// each sequence's conv state), split into `q | k | v`, gating `g = -exp(A_log) softplus(a +
+    /// dt_bias)`, `beta = sigmoid(b)`, the gated delta rule with L2-normalised q/k (carrying the
+    /// recurrent state in the sequence's slot), then the gated RMSNorm per value head with the
+    /// `z` columns. Returns `[T, H_v V]`.
     ///
     /// # Errors
     /// On a shape mismatch or bad slot.
@@ -233,7 +233,6 @@ pub trait Backend {
     fn gdn_mix(
         &self,
         proj: &Self::Tensor,
-        z: &Self::Tensor,
         w: &GdnMixWeights<Self::Tensor>,
         dims: GdnDims,
         batch: &StepBatch,

@@ -7,9 +7,10 @@
 //! (`down(silu(gate(x)) * up(x))`); then `norm(h)` and the LM head (`lm_head.weight`, or the
 //! embedding table when `tie_word_embeddings`). Residual adds are fused with the following norm
 //! ([`Backend::add_rms_norm`]). Projections that share an input are merged by rows at load time
-//! and run as one GEMM: GDN `[in_proj_qkv | in_proj_b | in_proj_a]`, attention `[q_proj | k_proj |
-//! v_proj]`, MLP `[gate_proj | up_proj]` (at decode the two small `b` / `a` GEMMs and the
-//! separate `k` / `v` GEMMs were launch-bound).
+//! and run as one GEMM: GDN `[in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]`, attention
+//! `[q_proj | k_proj | v_proj]`, MLP `[gate_proj | up_proj]` (at decode the two small `b` / `a`
+//! GEMMs and the separate `k` / `v` GEMMs were launch-bound, and a 4096-wide `z` GEMM reads its
+//! weights slower than the merged one).
 //!
 //! Under tensor parallelism ([`Qwen35::load_shard`]) each rank holds its shard
 //! ([`crate::shard::ShardPlan`]) and runs the same forward at its local head counts: the outputs
@@ -30,9 +31,9 @@ use crate::weights::{expected_tensors, WeightSource};
 /// Token mixer weights of one layer.
 #[derive(Debug)]
 enum Mixer<T> {
-    /// Gated DeltaNet; `in_proj` = `[in_proj_qkv | in_proj_b | in_proj_a]` merged by rows (one
-    /// GEMM); `state` indexes the model's GDN state list.
-    Gdn { in_proj: T, in_z: T, mix: GdnMixWeights<T>, out_proj: T, state: usize },
+    /// Gated DeltaNet; `in_proj` = `[in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]` merged by
+    /// rows (one GEMM); `state` indexes the model's GDN state list.
+    Gdn { in_proj: T, mix: GdnMixWeights<T>, out_proj: T, state: usize },
     /// Gated attention; `qkv_proj` = `[q_proj | k_proj | v_proj]` merged by rows (one GEMM);
     /// `cache` indexes the model's KV-cache list.
     Attn { qkv_proj: T, o_proj: T, core: AttnCoreWeights<T>, cache: usize },
@@ -178,11 +179,12 @@ impl<B: Backend> Qwen35<B> {
                     let a = format!("{l}linear_attn.");
                     n_gdn += 1;
                     let qkv = take(format!("{a}in_proj_qkv.weight"))?;
+                    let z = take(format!("{a}in_proj_z.weight"))?;
                     let b = take(format!("{a}in_proj_b.weight"))?;
                     let ab = be.concat_rows(&b, &take(format!("{a}in_proj_a.weight"))?)?;
+                    let zab = be.concat_rows(&z, &ab)?;
                     Mixer::Gdn {
-                        in_proj: be.concat_rows(&qkv, &ab)?,
-                        in_z: take(format!("{a}in_proj_z.weight"))?,
+                        in_proj: be.concat_rows(&qkv, &zab)?,
                         mix: GdnMixWeights {
                             conv_w: take(format!("{a}conv1d.weight"))?,
                             a_log: take(format!("{a}A_log"))?,
@@ -370,13 +372,12 @@ impl<B: Backend> Qwen35<B> {
         for (i, layer) in self.layers.iter().enumerate() {
             before_layer(i)?;
             let mixed = match &layer.mixer {
-                Mixer::Gdn { in_proj, in_z, mix, out_proj, state } => {
+                Mixer::Gdn { in_proj, mix, out_proj, state } => {
                     let proj = be.linear(&x, in_proj)?;
-                    let z = be.linear(&x, in_z)?;
                     let st = caches.gdn.get_mut(*state).ok_or_else(|| {
                         EngineError::Config(format!("no GDN state for layer {i}"))
                     })?;
-                    let o = be.gdn_mix(&proj, &z, mix, gd, batch, st)?;
+                    let o = be.gdn_mix(&proj, mix, gd, batch, st)?;
                     let mut out = be.linear(&o, out_proj)?;
                     be.all_reduce_sum(&mut out)?;
                     out
