@@ -1,6 +1,7 @@
 //! Collectives between the ranks of a tensor-parallel model: the [`Communicator`] trait, an
 //! in-process CPU implementation ([`CpuComm`], threads + a condition variable) that the CPU
-//! backend uses so that tensor parallelism runs and is tested without GPUs, and (feature `cuda`)
+//! backend uses so that tensor parallelism runs and is tested without GPUs — also across
+//! processes, over TCP ([`CpuComm::over_tcp`], [`crate::dist::tcp_comm`]) — and (feature `cuda`)
 //! [`nccl::NcclComm`] over NCCL through cudarc.
 //!
 //! What this module owns: the rank/world identity of a communicator, the two collectives the
@@ -94,11 +95,31 @@ impl AbortHandle for Shared {
     }
 }
 
-/// In-process CPU communicator: one per rank thread, made together by [`CpuComm::group`].
+/// The sum over ranks of every element, in rank order (`all[0][i] + all[1][i] + ...`, f32):
+/// the one reduction expression of the CPU communicators, so that the in-process group and the
+/// TCP group ([`crate::dist::tcp_comm`]) give the same bits.
+#[must_use]
+pub fn sum_in_rank_order(all: &[Vec<f32>]) -> Vec<f32> {
+    let n = all.first().map_or(0, Vec::len);
+    (0..n).map(|i| all.iter().map(|c| c[i]).sum()).collect()
+}
+
+/// CPU communicator of one rank: in-process (one per rank thread, made together by
+/// [`CpuComm::group`]), or across processes over TCP ([`CpuComm::over_tcp`], the
+/// one-process-per-rank launch). Both reduce with [`sum_in_rank_order`].
 #[derive(Debug, Clone)]
 pub struct CpuComm {
     rank: usize,
-    shared: Arc<Shared>,
+    inner: Inner,
+}
+
+/// Where a [`CpuComm`]'s collectives go.
+#[derive(Debug, Clone)]
+enum Inner {
+    /// Rank threads of one process.
+    Local(Arc<Shared>),
+    /// Ranks in separate processes.
+    Tcp(Arc<crate::dist::tcp_comm::TcpComm>),
 }
 
 impl CpuComm {
@@ -110,12 +131,26 @@ impl CpuComm {
             round: Mutex::new(Round { contrib: vec![None; world], ..Round::default() }),
             cv: Condvar::new(),
         });
-        (0..world).map(|rank| CpuComm { rank, shared: shared.clone() }).collect()
+        (0..world).map(|rank| CpuComm { rank, inner: Inner::Local(shared.clone()) }).collect()
     }
 
-    /// Contribute `mine`; return every rank's contribution of this collective, in rank order.
-    fn exchange(&self, mine: Vec<f32>) -> Result<Arc<Vec<Vec<f32>>>> {
-        let s = &self.shared;
+    /// This process's rank of a group of processes, over the TCP connections of the rendezvous
+    /// (bit-identical results to [`CpuComm::group`] of the same size).
+    #[must_use]
+    pub fn over_tcp(tcp: crate::dist::tcp_comm::TcpComm) -> CpuComm {
+        CpuComm { rank: tcp.rank(), inner: Inner::Tcp(Arc::new(tcp)) }
+    }
+
+    fn world(&self) -> usize {
+        match &self.inner {
+            Inner::Local(s) => s.world,
+            Inner::Tcp(t) => t.world_size(),
+        }
+    }
+
+    /// Contribute `mine`; return every rank's contribution of this collective, in rank order
+    /// (in-process group).
+    fn exchange(&self, s: &Shared, mine: Vec<f32>) -> Result<Arc<Vec<Vec<f32>>>> {
         let mut r = s.lock();
         if let Some(why) = &r.aborted {
             return Err(comm_err(format!("communicator aborted: {why}")));
@@ -159,22 +194,33 @@ impl<T: Elem> Communicator<[T]> for CpuComm {
     }
 
     fn world_size(&self) -> usize {
-        self.shared.world
+        self.world()
     }
 
     fn all_reduce_sum(&self, buf: &mut [T]) -> Result<()> {
-        if self.shared.world == 1 {
+        if self.world() == 1 {
             return Ok(());
         }
-        let all = self.exchange(buf.iter().map(|x| x.to_f32()).collect())?;
-        for (i, out) in buf.iter_mut().enumerate() {
-            *out = T::from_f32(all.iter().map(|c| c[i]).sum());
+        let mine: Vec<f32> = buf.iter().map(|x| x.to_f32()).collect();
+        let sums = match &self.inner {
+            Inner::Local(s) => sum_in_rank_order(&self.exchange(s, mine)?),
+            Inner::Tcp(t) => t.all_reduce_f32(mine)?,
+        };
+        if sums.len() != buf.len() {
+            return Err(comm_err(format!(
+                "all_reduce: {} sums for a buffer of {}",
+                sums.len(),
+                buf.len()
+            )));
+        }
+        for (out, s) in buf.iter_mut().zip(sums) {
+            *out = T::from_f32(s);
         }
         Ok(())
     }
 
     fn all_gather(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let w = self.shared.world;
+        let w = self.world();
         if recv.len() != w * send.len() {
             return Err(comm_err(format!(
                 "all_gather: recv has {} elements, expected {} x {}",
@@ -183,17 +229,29 @@ impl<T: Elem> Communicator<[T]> for CpuComm {
                 send.len()
             )));
         }
-        let all = self.exchange(send.iter().map(|x| x.to_f32()).collect())?;
-        for (chunk, c) in recv.chunks_exact_mut(send.len().max(1)).zip(all.iter()) {
-            for (o, &x) in chunk.iter_mut().zip(c) {
-                *o = T::from_f32(x);
-            }
+        let mine: Vec<f32> = send.iter().map(|x| x.to_f32()).collect();
+        let all: Vec<f32> = match &self.inner {
+            Inner::Local(s) => self.exchange(s, mine)?.concat(),
+            Inner::Tcp(t) => t.all_gather_f32(mine)?,
+        };
+        if all.len() != recv.len() {
+            return Err(comm_err(format!(
+                "all_gather: {} gathered elements for {}",
+                all.len(),
+                recv.len()
+            )));
+        }
+        for (o, x) in recv.iter_mut().zip(all) {
+            *o = T::from_f32(x);
         }
         Ok(())
     }
 
     fn abort_handle(&self) -> Arc<dyn AbortHandle> {
-        self.shared.clone()
+        match &self.inner {
+            Inner::Local(s) => s.clone(),
+            Inner::Tcp(t) => t.abort_handle(),
+        }
     }
 }
 
@@ -221,6 +279,34 @@ pub mod nccl {
     }
 
     impl NcclId {
+        /// Size of the id on the wire, bytes (`ncclUniqueId`: 128).
+        pub const BYTES: usize = 128;
+
+        /// The id's bytes, to hand to the other ranks' processes (the rendezvous sends them).
+        #[must_use]
+        pub fn to_bytes(&self) -> Vec<u8> {
+            self.0.internal.iter().map(|&c| c as u8).collect()
+        }
+
+        /// The id made by rank 0 from its [`NcclId::to_bytes`].
+        ///
+        /// # Errors
+        /// [`crate::EngineError::Comm`] when `b` is not [`NcclId::BYTES`] long.
+        pub fn from_bytes(b: &[u8]) -> Result<Self> {
+            if b.len() != Self::BYTES {
+                return Err(comm_err(format!(
+                    "NCCL unique id of {} bytes, expected {}",
+                    b.len(),
+                    Self::BYTES
+                )));
+            }
+            let mut id = sys::ncclUniqueId { internal: [0; 128] };
+            for (d, &s) in id.internal.iter_mut().zip(b) {
+                *d = s as std::ffi::c_char;
+            }
+            Ok(Self(id))
+        }
+
         /// A fresh unique id (`ncclGetUniqueId`).
         ///
         /// # Errors

@@ -1,6 +1,6 @@
-//! Building engines: a model directory or config -> shard plans -> ranks (single device, or an
-//! [`crate::executor::Executor`] of `tp` rank threads) -> [`Engine`]. The CLI and the tests
-//! start here.
+//! Building engines: a model directory or config -> shard plans -> ranks (single device, an
+//! [`crate::executor::Executor`] of `tp` rank threads, or one process per rank over a
+//! [`crate::dist::rendezvous::Group`]) -> [`Engine`]. The CLI and the tests start here.
 
 use crate::generate::Engine;
 
@@ -152,6 +152,48 @@ pub mod cpu {
         let ex = Executor::start(tp, &factory, opts.executor)?;
         Engine::from_runner(Box::new(ex), cache)
     }
+
+    /// This process's rank of a CPU model run as one process per rank ([`crate::dist`]), with
+    /// activation dtype `T`, over the TCP communicator of `group` (bit-identical to the
+    /// in-process [`tensor_parallel`] engine of the same size). Rank 0 returns the engine (its
+    /// scheduler drives every rank); every other rank serves rank 0's steps until the engine
+    /// is dropped and returns `None` (an error if the group failed). `opts.fault` applies to the
+    /// rank it names.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] naming an indivisible count; load and allocation errors; any
+    /// rank's start-up or step error; a lost connection.
+    pub fn one_process_per_rank<T: Elem + Send + 'static>(
+        src: &Source,
+        mut group: crate::dist::rendezvous::Group,
+        cache: CacheConfig,
+        opts: &TpOptions,
+    ) -> Result<Option<Engine>> {
+        let cfg = src.config()?;
+        let (rank, tp) = (group.rank, group.world);
+        ShardPlan::check(&cfg, tp)?;
+        let comm = Mutex::new(Some(CpuComm::over_tcp(group.tcp_comm()?)));
+        let fault = opts.fault.clone().filter(|(fr, _)| *fr == rank).map(|(_, f)| f);
+        let (progress, src2, cfg2) = (opts.progress && rank == 0, src.clone(), cfg.clone());
+        let local: crate::dist::control::LocalFactory = Arc::new(move || {
+            let comm = comm
+                .lock()
+                .map_err(|_| EngineError::Comm("communicator slot poisoned".into()))?
+                .take()
+                .ok_or_else(|| EngineError::Comm(format!("rank {rank} built twice")))?;
+            let abort = Communicator::<[T]>::abort_handle(&comm);
+            let be = Cpu::<T>::with_comm(comm);
+            let plan = ShardPlan::new(&cfg2, tp, rank)?;
+            let model = Qwen35::load_shard(&be, &cfg2, &plan, src2.open()?.as_mut(), progress)?;
+            let mut r = Rank::new(be, model, cache)?;
+            r.set_fault(fault.clone());
+            Ok(RankWorker { runner: Box::new(r), abort: Some(abort) })
+        });
+        match crate::dist::control::start_group(group, &cfg, local, opts.executor)? {
+            Some(ex) => Ok(Some(Engine::from_runner(Box::new(ex), cache)?)),
+            None => Ok(None),
+        }
+    }
 }
 
 /// CUDA engine builders (feature `cuda`).
@@ -177,7 +219,10 @@ pub mod cuda {
     /// sequence fits: [`EngineError::Capacity`] before any weight is loaded. Free memory is
     /// read now, less a margin of 1 GiB or 3%, whichever is larger; prefill activations are
     /// sized for 2048-token chunks (the scheduler's default).
-    fn plan_cache(
+    ///
+    /// # Errors
+    /// [`EngineError::Device`] for an unusable device; [`EngineError::Capacity`] as above.
+    pub fn plan_cache(
         cfg: &crate::config::ModelConfig,
         cache: CacheConfig,
         devices: &[usize],
@@ -283,5 +328,51 @@ pub mod cuda {
         });
         let ex = Executor::start(tp, &factory, opts.executor)?;
         Engine::from_runner(Box::new(ex), cache)
+    }
+
+    /// This process's rank of a GPU model run as one process per rank ([`crate::dist`]) on
+    /// `cuda:device`: NCCL initialised from the unique id rank 0 made and handed out at the
+    /// rendezvous (`group.nccl_id`), decode graphs per `opts.graphs`. `cache` is the group's
+    /// (every rank planned its capacity before the rendezvous, which agreed on the minimum).
+    /// Rank 0 returns the engine; every other rank serves rank 0's steps and returns `None`.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for an indivisible count or a missing NCCL id; unsupported
+    /// shapes; NCCL, device, load and allocation errors of any rank; a lost connection.
+    pub fn one_process_per_rank(
+        src: &Source,
+        device: usize,
+        group: crate::dist::rendezvous::Group,
+        cache: CacheConfig,
+        opts: &TpOptions,
+    ) -> Result<Option<Engine>> {
+        let cfg = src.config()?;
+        let (rank, tp) = (group.rank, group.world);
+        ShardPlan::check(&cfg, tp)?;
+        CudaBackend::check_model(&ShardPlan::new(&cfg, tp, rank)?.local_config(&cfg))?;
+        let id = NcclId::from_bytes(group.nccl_id.as_deref().ok_or_else(|| {
+            EngineError::Config(
+                "rank 0 handed out no NCCL unique id (is rank 0 on the CPU?)".into(),
+            )
+        })?)?;
+        let fault = opts.fault.clone().filter(|(fr, _)| *fr == rank).map(|(_, f)| f);
+        let (progress, graphs) = (opts.progress && rank == 0, opts.graphs.clone());
+        let (src2, cfg2) = (src.clone(), cfg.clone());
+        let local: crate::dist::control::LocalFactory = Arc::new(move || {
+            let mut be = CudaBackend::new(device)?;
+            let comm = NcclComm::from_rank(be.stream().clone(), rank, tp, id)?;
+            be.set_comm(comm);
+            let abort = crate::backend::Backend::abort_handle(&be);
+            let plan = ShardPlan::new(&cfg2, tp, rank)?;
+            let model = Qwen35::load_shard(&be, &cfg2, &plan, src2.open()?.as_mut(), progress)?;
+            let mut r = Rank::new(be, model, cache)?;
+            r.set_fault(fault.clone());
+            let runner = CudaDecodeRunner::new(r, cache, &graphs)?;
+            Ok(RankWorker { runner: Box::new(runner), abort })
+        });
+        match crate::dist::control::start_group(group, &cfg, local, opts.executor)? {
+            Some(ex) => Ok(Some(Engine::from_runner(Box::new(ex), cache)?)),
+            None => Ok(None),
+        }
     }
 }

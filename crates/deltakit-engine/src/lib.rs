@@ -14,6 +14,9 @@
 //! - [`model`]: the Qwen3.5 decoder written once over the backend;
 //! - [`rank`]: one rank's backend + model shard + pools behind the [`rank::StepRunner`] trait;
 //! - [`executor`]: one thread per rank, fail-closed steps with a watchdog;
+//! - [`dist`]: one process per rank (launch flags and torchrun-style environment, TCP
+//!   rendezvous and handshake, the control plane from rank 0's scheduler, the CPU TCP
+//!   communicator);
 //! - [`sampling`]: host-side greedy / top-p sampling and top-K log-probabilities;
 //! - [`generate`]: the engine (sequences, slots, forward steps) and the generation scheduler;
 //! - `graph` (feature `cuda`): CUDA-graph decode buckets with device sampling;
@@ -25,6 +28,7 @@ pub mod backend;
 pub mod capacity;
 pub mod comm;
 pub mod config;
+pub mod dist;
 pub mod dummy_init;
 pub mod error;
 pub mod eval;

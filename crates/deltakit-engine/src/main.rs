@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -15,6 +15,10 @@ use deltakit_engine::backend::cpu::Cpu;
 #[cfg(feature = "cuda")]
 use deltakit_engine::backend::cuda::CudaBackend;
 use deltakit_engine::config::ModelConfig;
+use deltakit_engine::dist::rendezvous::{rendezvous, RendezvousOptions};
+use deltakit_engine::dist::spawn::spawn_local_ranks;
+use deltakit_engine::dist::spec::{resolve, Launch, LaunchEnv, LaunchFlags, RankSpec};
+use deltakit_engine::dist::Fingerprint;
 use deltakit_engine::eval::{
     self, EvalError, EvalOptions, ItemResult, Observer, Summary, Template,
 };
@@ -23,6 +27,7 @@ use deltakit_engine::generate::{Engine, Event, GenOptions, Request, SamplingPara
 use deltakit_engine::launch::{self, GraphOptions, Source, TpOptions};
 use deltakit_engine::model::Qwen35;
 use deltakit_engine::paths::bundled_model_dir;
+use deltakit_engine::rank::Fault;
 use deltakit_engine::shard::ShardPlan;
 use deltakit_engine::state::CacheConfig;
 use deltakit_engine::tokenizer::{parse_token_ids, StreamDecoder, Tokenizer};
@@ -87,10 +92,11 @@ struct ModelArgs {
     /// Most prompt tokens of one sequence per prefill step (>= 1; longer prompts are chunked).
     #[arg(long, default_value_t = 2048, value_parser = positive_arg)]
     prefill_chunk: usize,
-    /// Tensor-parallel ranks (one thread per rank; on the CPU an in-process communicator, on
-    /// CUDA NCCL with one GPU per rank).
-    #[arg(long, default_value_t = 1, value_parser = positive_arg)]
-    tp: usize,
+    /// Tensor-parallel ranks (default 1; one thread per rank; on the CPU an in-process
+    /// communicator, on CUDA NCCL with one GPU per rank). With one process per rank it is the
+    /// world size and may be left out.
+    #[arg(long, value_parser = positive_arg)]
+    tp: Option<usize>,
     /// GPU ordinals of the ranks, comma-separated (default: N, N+1, ... from --device cuda:N).
     #[arg(long, value_delimiter = ',')]
     devices: Option<Vec<usize>>,
@@ -101,6 +107,29 @@ struct ModelArgs {
     /// CUDA: decode eagerly instead of replaying CUDA graphs captured per batch bucket.
     #[arg(long)]
     no_graphs: bool,
+    /// One process per rank: machines taking part (default 1). World size = nnodes x
+    /// nproc-per-node = tp.
+    #[arg(long, value_parser = positive_arg)]
+    nnodes: Option<usize>,
+    /// One process per rank: this machine's index, 0..nnodes (default 0).
+    #[arg(long)]
+    node_rank: Option<usize>,
+    /// One process per rank: rank processes per machine. Without RANK in the environment this
+    /// command starts them (children of this binary, ranks node-rank x N ..) and waits for them;
+    /// rank 0's output is the output.
+    #[arg(long, value_parser = positive_arg)]
+    nproc_per_node: Option<usize>,
+    /// One process per rank: where rank 0 listens (an address of rank 0's machine). Also from
+    /// MASTER_ADDR and MASTER_PORT; default on one machine: a free port on 127.0.0.1.
+    #[arg(long, value_name = "HOST:PORT")]
+    rendezvous: Option<String>,
+    /// One process per rank: seconds to wait for every rank at the rendezvous.
+    #[arg(long, default_value_t = 60, value_parser = positive_arg)]
+    rendezvous_timeout: usize,
+    /// Fault injection for the fault tests: RANK:error:LAYER, RANK:panic:LAYER or
+    /// RANK:stall:LAYER:MILLISECONDS, optionally @STEP (only in forward step STEP, 0-based).
+    #[arg(long, hide = true)]
+    inject_fault: Option<String>,
 }
 
 #[derive(Args)]
@@ -210,6 +239,21 @@ struct EvalMcArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    let common = match &cli.command {
+        Command::Info => None,
+        Command::Generate(a) => Some(&a.common),
+        Command::Bench(a) => Some(&a.common),
+        Command::EvalMc(a) => Some(&a.common),
+    };
+    if let Some(c) = common {
+        if let Launch::Spawn(spec) = launch_of(c)? {
+            // The children fail on their own within the watchdog's time after a failure;
+            // stragglers are killed a little later.
+            let grace = Duration::from_secs(c.step_timeout as u64 + 5);
+            spawn_local_ranks(&spec, grace)?;
+            return Ok(());
+        }
+    }
     match cli.command {
         Command::Info => info(),
         Command::Generate(a) => generate(&a),
@@ -300,16 +344,63 @@ fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig, tp: usi
     Ok(())
 }
 
-/// Load a model per `common`: the device (`cpu` / `cuda:N`), `--tp` / `--devices`, the weight
-/// source and the CPU dtype. Indivisible tensor-parallel counts and (CUDA) unsupported shapes are
-/// refused before any weight is read; the cache is sized by `cache` from the config.
+/// The launch `common`'s flags and this process's environment ask for
+/// ([`deltakit_engine::dist::spec`]).
+fn launch_of(common: &ModelArgs) -> Result<Launch> {
+    let flags = LaunchFlags {
+        nnodes: common.nnodes,
+        node_rank: common.node_rank,
+        nproc_per_node: common.nproc_per_node,
+        rendezvous: common.rendezvous.clone(),
+        tp: common.tp,
+    };
+    Ok(resolve(&flags, &LaunchEnv::from_process())?)
+}
+
+/// `--inject-fault RANK:KIND:LAYER[:MS][@STEP]` (hidden; the fault tests use it).
+fn parse_fault(s: &str) -> Result<(usize, Fault)> {
+    let bad = || {
+        anyhow::anyhow!("--inject-fault {s:?}: expected RANK:error|panic:LAYER[@STEP] or RANK:stall:LAYER:MS[@STEP]")
+    };
+    let (body, step) = match s.split_once('@') {
+        Some((b, st)) => (b, Some(st.parse::<usize>().map_err(|_| bad())?)),
+        None => (s, None),
+    };
+    let parts: Vec<&str> = body.split(':').collect();
+    let num = |i: usize| parts.get(i).and_then(|p| p.parse::<usize>().ok()).ok_or_else(bad);
+    let (rank, layer) = (num(0)?, num(2)?);
+    let fault = match (parts.get(1).copied(), parts.len()) {
+        (Some("error"), 3) => Fault::ErrorAt { layer },
+        (Some("panic"), 3) => Fault::PanicAt { layer },
+        (Some("stall"), 4) => Fault::StallAt { layer, dur: Duration::from_millis(num(3)? as u64) },
+        _ => return Err(bad()),
+    };
+    Ok((
+        rank,
+        match step {
+            Some(step) => Fault::AtStep { step, fault: Box::new(fault) },
+            None => fault,
+        },
+    ))
+}
+
+/// Load a model per `common`: the device (`cpu` / `cuda:N`), `--tp` / `--devices`, one process
+/// per rank, the weight source and the CPU dtype. Indivisible tensor-parallel counts and (CUDA)
+/// unsupported shapes are refused before any weight is read; the cache is sized by `cache` from
+/// the config. `None`: this process was a rank other than 0 and served rank 0 until it finished.
 fn load(
     dir_or_json: &Path,
     common: &ModelArgs,
     cache: impl FnOnce(&ModelConfig) -> Result<CacheConfig>,
-) -> Result<Engine> {
+) -> Result<Option<Engine>> {
     let cfg = ModelConfig::from_path(dir_or_json)?;
-    ShardPlan::check(&cfg, common.tp)?;
+    let launch = launch_of(common)?;
+    let tp = match &launch {
+        Launch::InProcess { tp } => *tp,
+        Launch::Rank(r) => r.world,
+        Launch::Spawn(_) => bail!("internal: the node launcher reached the loader"),
+    };
+    ShardPlan::check(&cfg, tp)?;
     let src = match common.load_format {
         LoadFormat::Auto => {
             SafetensorsWeights::open(dir_or_json)
@@ -325,20 +416,25 @@ fn load(
         executor: ExecutorOptions {
             step_timeout: std::time::Duration::from_secs(common.step_timeout as u64),
         },
-        fault: None,
+        fault: common.inject_fault.as_deref().map(parse_fault).transpose()?,
         progress,
     };
+    if let Launch::Rank(spec) = &launch {
+        let cache = cache(&cfg)?;
+        return load_rank(&cfg, &src, common, spec, cache, &opts)
+            .with_context(|| format!("rank {} of {}", spec.rank, spec.world));
+    }
     #[cfg(feature = "cuda")]
     if let Some(ord) = cuda_device(&common.device)? {
         let cache = cache(&cfg)?;
-        let devices = common.devices.clone().unwrap_or_else(|| (ord..ord + common.tp).collect());
-        if devices.len() != common.tp {
-            bail!("--devices lists {} GPUs for --tp {}", devices.len(), common.tp);
+        let devices = common.devices.clone().unwrap_or_else(|| (ord..ord + tp).collect());
+        if devices.len() != tp {
+            bail!("--devices lists {} GPUs for --tp {}", devices.len(), tp);
         }
-        if common.tp == 1 && common.devices.is_none() {
-            return Ok(launch::cuda::single(&src, ord, cache, progress, &graphs)?);
+        if tp == 1 && common.devices.is_none() {
+            return Ok(Some(launch::cuda::single(&src, ord, cache, progress, &graphs)?));
         }
-        return Ok(launch::cuda::tensor_parallel(src, &devices, cache, &opts)?);
+        return Ok(Some(launch::cuda::tensor_parallel(src, &devices, cache, &opts)?));
     }
     check_device(&common.device)?;
     if common.devices.is_some() {
@@ -349,12 +445,101 @@ fn load(
         Dtype::F32 => 4,
         Dtype::Bf16 => 2,
     };
-    check_cpu_memory(&cfg, elem, &cache, common.tp)?;
-    Ok(match (common.dtype, common.tp) {
+    check_cpu_memory(&cfg, elem, &cache, tp)?;
+    Ok(Some(match (common.dtype, tp) {
         (Dtype::F32, 1) => load_cpu::<f32>(&cfg, &src, cache, progress)?,
         (Dtype::Bf16, 1) => load_cpu::<bf16>(&cfg, &src, cache, progress)?,
         (Dtype::F32, tp) => launch::cpu::tensor_parallel::<f32>(src, tp, cache, &opts)?,
         (Dtype::Bf16, tp) => launch::cpu::tensor_parallel::<bf16>(src, tp, cache, &opts)?,
+    }))
+}
+
+/// What every rank must agree on before loading (compared with rank 0's at the rendezvous).
+fn fingerprint(
+    cfg: &ModelConfig,
+    common: &ModelArgs,
+    world: usize,
+    backend: &str,
+    cache: &CacheConfig,
+) -> Fingerprint {
+    Fingerprint::new()
+        .field("deltakit version", env!("CARGO_PKG_VERSION"))
+        .field("model config", Fingerprint::model_value(cfg))
+        .field("tp", world)
+        .field("backend", backend)
+        .field("dtype", format!("{:?}", common.dtype).to_lowercase())
+        .field(
+            "cache",
+            format!(
+                "{} sequences x {} tokens, page {}, {} pages",
+                cache.max_seqs, cache.max_context, cache.page_size, cache.num_pages
+            ),
+        )
+        .field(
+            "weights",
+            match common.load_format {
+                LoadFormat::Auto => "checkpoint".to_string(),
+                LoadFormat::Dummy => format!("dummy, seed {}", common.weight_seed),
+            },
+        )
+        .field("graphs", if common.no_graphs { "off" } else { "on" })
+}
+
+/// This process as rank `spec.rank` of one process per rank: the rendezvous, then the rank
+/// (rank 0: the engine; others: serve rank 0, then `None`).
+fn load_rank(
+    cfg: &ModelConfig,
+    src: &Source,
+    common: &ModelArgs,
+    spec: &RankSpec,
+    cache: CacheConfig,
+    opts: &TpOptions,
+) -> Result<Option<Engine>> {
+    let ropts = |backend: &str, nccl_id: Option<Vec<u8>>, capacity: u64| RendezvousOptions {
+        addr: spec.rendezvous.clone(),
+        rank: spec.rank,
+        world: spec.world,
+        timeout: Duration::from_secs(common.rendezvous_timeout as u64),
+        fingerprint: fingerprint(cfg, common, spec.world, backend, &cache),
+        nccl_id,
+        capacity,
+    };
+    #[cfg(feature = "cuda")]
+    if let Some(ord) = cuda_device(&common.device)? {
+        let device = match &common.devices {
+            Some(d) => *d.get(spec.local_rank).with_context(|| {
+                format!("--devices lists {} GPUs, LOCAL_RANK is {}", d.len(), spec.local_rank)
+            })?,
+            None => ord + spec.local_rank,
+        };
+        let planned = launch::cuda::plan_cache(cfg, cache, &[device], &opts.graphs)?;
+        let id = if spec.rank == 0 {
+            Some(deltakit_engine::comm::nccl::NcclId::new()?.to_bytes())
+        } else {
+            None
+        };
+        let group = rendezvous(&ropts("cuda", id, planned.max_seqs as u64))?;
+        let agreed = usize::try_from(group.capacity).unwrap_or(usize::MAX);
+        let cache = if agreed < cache.max_seqs {
+            CacheConfig::for_sequences(agreed, cache.max_context, cache.page_size)
+        } else {
+            cache
+        };
+        return Ok(launch::cuda::one_process_per_rank(src, device, group, cache, opts)?);
+    }
+    check_device(&common.device)?;
+    if common.devices.is_some() {
+        bail!("--devices names GPU ordinals; on --device cpu leave it out");
+    }
+    let elem = match common.dtype {
+        Dtype::F32 => 4,
+        Dtype::Bf16 => 2,
+    };
+    check_cpu_memory(cfg, elem, &cache, 1)?;
+    let group = rendezvous(&ropts("cpu", None, u64::MAX))?;
+    Ok(match common.dtype {
+        Dtype::F32 => launch::cpu::one_process_per_rank::<f32>(src, group, cache, opts)?,
+        Dtype::Bf16 => launch::cpu::one_process_per_rank::<bf16>(src, group, cache, opts)?,
     })
 }
 
@@ -447,7 +632,9 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     let cache = |cfg: &ModelConfig| {
         Ok(cache_for(cfg, prompts.len(), longest.saturating_add(a.max_tokens), a.common.page_size))
     };
-    let engine = load(&dir, &a.common, cache)?;
+    let Some(engine) = load(&dir, &a.common, cache)? else {
+        return Ok(());
+    };
     run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
 }
 
@@ -602,7 +789,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
         };
         Ok(cache_for(cfg, a.batch, total, a.common.page_size))
     };
-    run_bench(a, load(&a.config, &a.common, cache)?, t_load)
+    let Some(engine) = load(&a.config, &a.common, cache)? else {
+        return Ok(());
+    };
+    run_bench(a, engine, t_load)
 }
 
 /// The backend-generic part of `bench`.
@@ -802,7 +992,10 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
         previous,
         out: &out,
     };
-    run_eval(&job, load(&dir, &a.common, cache)?, t0)
+    let Some(engine) = load(&dir, &a.common, cache)? else {
+        return Ok(());
+    };
+    run_eval(&job, engine, t0)
 }
 
 /// Whether `a` and `b` name the same file (canonical paths; for a file that does not exist yet,
@@ -957,6 +1150,11 @@ fn info() -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     println!("cuda backend: not built (rebuild with `--features cuda`); nccl: not built");
     println!("tensor parallel: --tp N (cpu: in-process communicator; cuda: NCCL)");
+    println!(
+        "one process per rank: --nproc-per-node N [--nnodes M --node-rank K --rendezvous \
+         HOST:PORT], or RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT (cpu: TCP \
+         communicator; cuda: NCCL with the id handed out at the rendezvous)"
+    );
     println!(
         "engine: Qwen3.5 dense (GDN + gated attention), backends: cpu{}",
         if cfg!(feature = "cuda") { ", cuda" } else { " (cuda: rebuild with --features cuda)" }

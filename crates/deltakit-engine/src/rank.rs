@@ -69,11 +69,22 @@ pub enum Fault {
         /// How long.
         dur: std::time::Duration,
     },
+    /// `fault`, only in the rank's forward step number `step` (0-based: the first prefill is
+    /// step 0), so that a fault can hit mid-decode.
+    AtStep {
+        /// Forward step index.
+        step: usize,
+        /// The fault of that step.
+        fault: Box<Fault>,
+    },
 }
 
-/// Run the injected fault of layer `layer`, if any.
-fn fault_hook(fault: Option<&Fault>, layer: usize) -> Result<()> {
+/// Run the injected fault of layer `layer` of forward step `step`, if any.
+fn fault_hook(fault: Option<&Fault>, layer: usize, step: usize) -> Result<()> {
     match fault {
+        Some(Fault::AtStep { step: s, fault }) if *s == step => {
+            fault_hook(Some(fault), layer, step)
+        }
         Some(Fault::ErrorAt { layer: l }) if *l == layer => Err(EngineError::Backend {
             backend: "fault",
             msg: format!("injected error at layer {layer}"),
@@ -154,6 +165,8 @@ pub struct Rank<B: Backend> {
     page_size: usize,
     report: RankReport,
     fault: Option<Fault>,
+    /// Forward steps run so far (for [`Fault::AtStep`]).
+    steps: usize,
 }
 
 impl<B: Backend> Rank<B> {
@@ -175,7 +188,7 @@ impl<B: Backend> Rank<B> {
             state_bytes_per_seq: one.memory_bytes(&local, elem),
             peak_host_staging_bytes: model.peak_staging_bytes(),
         };
-        Ok(Self { caches, model, be, page_size: cache.page_size, report, fault: None })
+        Ok(Self { caches, model, be, page_size: cache.page_size, report, fault: None, steps: 0 })
     }
 
     /// Inject a fault into every later step (fault tests only).
@@ -210,7 +223,9 @@ impl<B: Backend> Rank<B> {
         rows: LogitsRows<'_>,
     ) -> Result<B::Tensor> {
         let fault = self.fault.clone();
-        let mut hook = |layer: usize| fault_hook(fault.as_ref(), layer);
+        let step = self.steps;
+        self.steps += 1;
+        let mut hook = |layer: usize| fault_hook(fault.as_ref(), layer, step);
         self.model.forward_with(
             &self.be,
             ids,
