@@ -22,10 +22,23 @@ a pool of >= 1.5 GB (every byte from HBM: what a model step sees, since the othe
 weights evict it). Units: decode f32 state TB/s = 2*B*H_v*K*V*4 / t; prefill nominal TFLOP/s =
 4*T*H_v*K*V / t.
 
+deltakit's prefill runs from .gpu-gdr/libdk_gdr_bench.so by default (tools/tune/gdr_bundle.sh: the library's AOT
+cubins of triton_aot/manifest.toml + the variants of tools/tune/gdr_prefill_variants.toml, called through their C
+launchers: the exact kernels the library dispatches, no JIT compile on the GPU host); --dk-jit JIT-compiles
+triton_aot/gdr/chunk_prefill.py instead (the older path, for source variants not in any manifest).
+--streaming times conv1d.prefill / conv1d.update / norm.rms_gated / norm.fused_add_rms (same library, same method)
+as a fraction of the copy ceiling measured in the same process (a 2 GB torch device-to-device copy) and of a
+size-matched copy. Several harness processes can share one GPU: --prepass runs every first call (FlashInfer's
+CuTe-DSL compile, FLA's autotune) first, --wait-file waits for a file (e.g. the tests finishing) before timing, and
+--lock-file serializes the timed phases of the processes (flock) and --barrier DIR:N holds every timed phase until all N
+processes are past their first calls. --merge A.json B.json .. prints one table.
+
   python3 .anchor-kit/unpack.py /tmp/site
   python3 tools/bench_anchors_gdr.py --site /tmp/site --lib .gpu-gdr/libdk_gdr_decode.so --out r.json \
       [--only SUBSTR,..] [--skip-prefill] [--skip-decode] [--sweep] [--libs dk,fi,fla] [--budget-s 200]
-      [--prefill tp1,tp2,9b8,9b64k] [--fla-prefill tp2] [--prefill-variants]
+      [--prefill tp1,tp2,9b8,9b64k] [--fla-prefill tp2] [--prefill-variants] [--streaming]
+      [--prepass] [--wait-file F] [--lock-file L]
+  python3 tools/bench_anchors_gdr.py --merge r1.json r2.json ..
 """
 import argparse
 import ctypes
@@ -60,11 +73,25 @@ def parse_args():
     p.add_argument("--fla-prefill", default="", help="prefill shapes (keys as --prefill) that also run FLA "
                    "(its Triton autotune takes ~45 s a shape)")
     p.add_argument("--prefill-variants", action="store_true",
-                   help="also time the deltakit prefill variants of PREFILL_VARIANTS (W-split, fused kkt+solve, state tiles)")
+                   help="also time the deltakit prefill variants of PREFILL_VARIANTS (W-split, W/U over grid z, state tiles)")
+    p.add_argument("--dk-lib", default=str(ROOT / ".gpu-gdr/libdk_gdr_bench.so"),
+                   help="AOT chunk-prefill launchers + conv1d / norm (tools/tune/gdr_bundle.sh)")
+    p.add_argument("--dk-jit", action="store_true", help="JIT-compile deltakit's prefill kernels instead of --dk-lib")
+    p.add_argument("--streaming", action="store_true", help="time conv1d.* / norm.* against the copy ceiling")
+    p.add_argument("--prepass", action="store_true", help="run every anchor's first (compiling) call before timing")
+    p.add_argument("--wait-file", default="", help="wait until this file exists before the timed phase")
+    p.add_argument("--lock-file", default="", help="flock this file around the timed phase")
+    p.add_argument("--barrier", default="", help="DIR:N: after the first calls, wait until N processes reached DIR "
+                   "(so that no process times while another still compiles / autotunes on the GPU)")
+    p.add_argument("--merge", nargs="*", default=None, help="print one table of these result files and exit")
     return p.parse_args()
 
 
 ARGS = parse_args()
+if ARGS.merge is not None:
+    RES = {"meta": {}, "rows": []}
+else:
+    RES = None
 if ARGS.site:
     site.addsitedir(ARGS.site)
     sys.path.insert(0, ARGS.site)
@@ -75,7 +102,8 @@ import torch.nn.functional as F  # noqa: E402
 DEV = "cuda"
 K = V = 128
 LIBS = set(ARGS.libs.split(","))
-RES = {"meta": {"torch": torch.__version__}, "rows": []}
+if RES is None:
+    RES = {"meta": {"torch": torch.__version__}, "rows": []}
 
 
 def elapsed():
@@ -290,65 +318,130 @@ PREFILL = {
 }
 
 
-# deltakit prefill pipelines (JIT). LIB_CFG = what src/ops/gdr/chunk_prefill.rs launches by default (7 launches:
-# kkt, solve, wu with f32 W, state BV 32, out); "wsplit" = DELTAKIT_GDR_PREFILL=wsplit (K = V = 128: W as bf16
-# hi / lo planes, state BV 16 where N * H_v <= 33, else 32). A config: prep (split | staged | fused: the
-# gdr_chunk_kkt_solve_kernel forms), wsplit (0 | 1), state_bv / state_nw / state_ns / state_maxnreg (None: the
-# manifest's / the wrapper's rule), wu_splitz (0 | 1) / wu_nw / wu_maxnreg (the W/U pass).
-LIB_CFG = {"prep": "split", "wsplit": 0}
-# Variants timed with --prefill-variants (whole call + WY stages where the prep differs, else the state pass
-# alone; relative errors vs LIB_CFG).
+# deltakit prefill pipelines. A config: pipe = the K = V = 128 pipeline of src/ops/gdr/chunk_prefill.rs
+# (PrefillPipeline: f32w | wsplit | splitz | wsplit_splitz), wu_w8 (the W/U-over-z entries at 8 warps,
+# tools/tune/gdr_prefill_variants.toml), state_bv (None: the wrapper's rule, W planes at BV 16 where N * H_v <= 33).
+# JIT only (--dk-jit): prep (split | staged | fused), state_nw / state_ns / state_maxnreg, wu_nw / wu_maxnreg.
+# LIB_CFG = what the library dispatches by default (DEFAULT_PIPELINE of src/ops/gdr/chunk_prefill.rs).
+LIB_CFG = {"pipe": "wsplit_splitz"}
+# Variants timed with --prefill-variants (whole call + the wu / state stages; relative errors vs LIB_CFG).
 PREFILL_VARIANTS = {
-    "wsplit": {"prep": "split", "wsplit": 1},
-    "prep_staged": {"prep": "staged", "wsplit": 0},
-    "prep_fused_1warp": {"prep": "fused", "wsplit": 0},
-    "ws_bv16": {"prep": "split", "wsplit": 1, "state_bv": 16},
-    "ws_bv32": {"prep": "split", "wsplit": 1, "state_bv": 32},
-    "ws_bv32_s3": {"prep": "split", "wsplit": 1, "state_bv": 32, "state_ns": 3},
-    "ws_bv64_w8": {"prep": "split", "wsplit": 1, "state_bv": 64, "state_nw": 8},
-    "f32w_bv16": {"prep": "split", "wsplit": 0, "state_bv": 16},
-    # W/U pass split over grid z (W and U in separate programs: 144 / 190 registers at 8 / 4 warps vs 216).
-    "wu_splitz_w4": {"prep": "split", "wsplit": 0, "wu_splitz": 1, "wu_nw": 4},
-    "wu_splitz_w8": {"prep": "split", "wsplit": 0, "wu_splitz": 1, "wu_nw": 8},
+    "f32w": {"pipe": "f32w"},
+    "wsplit": {"pipe": "wsplit"},
+    "splitz": {"pipe": "splitz"},
+    "splitz_w8": {"pipe": "splitz", "wu_w8": 1},
+    "wsplit_splitz": {"pipe": "wsplit_splitz"},
+    "wsplit_splitz_w8": {"pipe": "wsplit_splitz", "wu_w8": 1},
+    "ws_bv16": {"pipe": "wsplit", "state_bv": 16},
+    "ws_bv32": {"pipe": "wsplit", "state_bv": 32},
 }
+NARROW_MAX_ROWS = 33  # STATE_NARROW_MAX_ROWS of the wrapper
 
 
-def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, cfg=None):
+class DkAot:
+    """The AOT C launchers of libdk_gdr_bench.so (dk_triton_<name>(stream, gx, gy, gz, args..) -> status), with
+    argument types from the manifests' signatures in the kernels' declaration order (as triton_aot/aot.py)."""
+    CT = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
+
+    def __init__(self, path, cp):
+        self.lib = ctypes.CDLL(path)
+        ents = {}
+        for mf in (ROOT / "triton_aot/manifest.toml", ROOT / "tools/tune/gdr_prefill_variants.toml"):
+            for e in tomllib.loads(mf.read_text())["kernel"]:
+                ents[e["name"]] = e
+        self.ents, self.fns = ents, {}
+        for name, e in ents.items():
+            if not name.startswith("gdr_chunk_") or not hasattr(self.lib, "dk_triton_" + name):
+                continue
+            fn = getattr(cp, e["function"])
+            order = [a for a in fn.arg_names if a not in e.get("constexprs", {})]
+            f = getattr(self.lib, "dk_triton_" + name)
+            f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint32] * 3 + [
+                ctypes.c_uint64 if e["signature"][a].startswith("*") else self.CT[e["signature"][a]] for a in order]
+            f.restype = ctypes.c_int
+            self.fns[name] = f
+
+    def __call__(self, name, grid, *args):
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        a = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in args]
+        st = self.fns[name](ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), *g, *a)
+        if st != 0:
+            raise RuntimeError(f"dk_triton_{name} status {st}")
+
+
+def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, cfg=None, aot=None):
     """deltakit chunk prefill: the launches of src/ops/gdr/chunk_prefill.rs (precomputed gating, l2 norm,
-    initial state from the slots) for the pipeline config `cfg` (default LIB_CFG), workspace allocated once.
-    Returns stages(which): which = letters of m (offsets + map), k (kkt or kkt_solve), v (solve, split prep
-    only), w (wu), s (state), o (out); p = kvw."""
+    initial state from the slots) for the pipeline config `cfg` (default LIB_CFG), workspace allocated once,
+    through the AOT launchers (`aot`, the library's cubins) or JIT-compiled (`aot` None).
+    Returns stages(which): which = letters of m (offsets + map), k (kkt), v (solve), w (wu), s (state),
+    o (out); p = kvw."""
     cfg = {**LIB_CFG, **(cfg or {})}
+    pipe = cfg["pipe"]
     nt = t // 64 + n
     dev = q.device
-    ws_ = cfg["wsplit"]
+    ws_ = int(pipe in ("wsplit", "wsplit_splitz"))
+    wz = int(pipe in ("splitz", "wsplit_splitz"))
     ws = dict(coff=torch.empty(n + 1, device=dev, dtype=torch.int32), cseq=torch.empty(nt, device=dev, dtype=torch.int32),
               gcum=torch.empty(t * hv, device=dev), betaw=torch.empty(t * hv, device=dev),
               A=torch.empty(t * hv * 64, device=dev), w=torch.empty(t * hv * K, device=dev),
               u=torch.empty(t * hv * V, device=dev), h=torch.empty(nt * hv * K * V, device=dev, dtype=torch.bfloat16))
     wbuf = ws["w"].view(torch.bfloat16) if ws_ else ws["w"]
+    ns = pool.shape[0]
+    iters = max(1, int(n).bit_length())
+    a_dummy = q  # fused = 0: a/b/A_log/dt_bias unused (bf16 / f32 pointers of any live buffer)
+    sbv = cfg.get("state_bv") or (16 if (ws_ and n * hv <= NARROW_MAX_ROWS) else 32)
+    wu_name = "gdr_chunk_wu_k128v128" + ("_ws" if ws_ else "") + ("_splitz" if wz else "") + \
+        ("_w8" if wz and cfg.get("wu_w8") else "")
+    st_name = f"gdr_chunk_state_k128v128_ws_bv{sbv}" if ws_ else "gdr_chunk_state_k128v128"
+    if not ws_ and sbv != 32:
+        st_name = None  # f32 W at another BV: JIT only
+    bvo = ents["gdr_chunk_out_k128v128"]["constexprs"]["BV"]
+    kargs = (k, glog, beta, a_dummy, a_dummy, glog, glog, cu, slots, ws["coff"], ws["cseq"], ws["gcum"], ws["betaw"],
+             ws["A"], t, ns, hk, hv, hk * K, hv, 1, 0)
+    wargs = (k, v, ws["betaw"], ws["gcum"], ws["A"], wbuf, ws["u"], cu, slots, ws["coff"], ws["cseq"], t, ns, hk, hv,
+             hk * K, hv * V, 1)
+    sargs = (k, wbuf, ws["u"], ws["gcum"], ws["h"], pool, cu, slots, slots, ws["coff"], t, ns, hk, hv, hk * K, 1, 1)
+    oargs = (q, k, ws["u"], ws["gcum"], ws["h"], o, cu, slots, ws["coff"], ws["cseq"], t, ns, hk, hv, hk * K, hk * K, 1,
+             K ** -0.5)
+    if aot is not None:
+        if st_name is None or wu_name not in aot.fns:
+            raise RuntimeError(f"no AOT entry for {cfg} (wu {wu_name}, state {st_name})")
 
-    def opt(name, extra=None, nw=None, ns=None, maxnreg=None):
+        def stages(which="mkvwso"):
+            which = which.replace("p", "kvw")
+            if "m" in which:
+                aot("gdr_chunk_offsets", (1,), cu, ws["coff"], n, t, nt)
+                aot("gdr_chunk_map", ((nt + 127) // 128,), ws["coff"], ws["cseq"], n, nt, iters)
+            if "k" in which:
+                aot("gdr_chunk_kkt_k128", (nt, hv), *kargs)
+            if "v" in which:
+                aot("gdr_chunk_solve", (nt, hv), ws["A"], cu, slots, ws["coff"], ws["cseq"], t, ns, hv)
+            if "w" in which:
+                aot(wu_name, (nt, hv, 2 if wz else 1), *wargs)
+            if "s" in which:
+                aot(st_name, (n, hv, V // sbv), *sargs)
+            if "o" in which:
+                aot("gdr_chunk_out_k128v128", (nt, hv, V // bvo), *oargs)
+        return stages
+
+    def opt(name, extra=None, nw=None, ns_=None, maxnreg=None):
         ent = ents[name]
-        o_ = dict(num_warps=nw or ent["num_warps"], num_stages=ns or ent["num_stages"], **ent.get("constexprs", {}))
+        o_ = dict(num_warps=nw or ent["num_warps"], num_stages=ns_ or ent["num_stages"], **ent.get("constexprs", {}))
         o_.update(extra or {})
         if maxnreg:
             o_["maxnreg"] = maxnreg
         return o_
-    ns = pool.shape[0]
-    iters = max(1, int(n).bit_length())
-    a_dummy = q  # fused = 0: a/b/A_log/dt_bias unused (bf16 / f32 pointers of any live buffer)
-    sbv = cfg.get("state_bv") or (16 if (ws_ and n * hv <= 33) else 32)
     s_opt = opt("gdr_chunk_state_k128v128", {"BV": sbv, "WSPLIT": ws_}, cfg.get("state_nw"), cfg.get("state_ns"),
                 cfg.get("state_maxnreg"))
-    wz = cfg.get("wu_splitz", 0)
-    w_opt = opt("gdr_chunk_wu_k128v128", {"WSPLIT": ws_, "SPLITZ": wz}, cfg.get("wu_nw"), None, cfg.get("wu_maxnreg"))
-    if cfg["prep"] == "split":
+    w_opt = opt("gdr_chunk_wu_k128v128", {"WSPLIT": ws_, "SPLITZ": wz}, cfg.get("wu_nw") or (8 if cfg.get("wu_w8") else
+                (4 if wz else None)), None, cfg.get("wu_maxnreg"))
+    prep = cfg.get("prep", "split")
+    if prep == "split":
         k_opt = opt("gdr_chunk_kkt_k128")
     else:
         # gdr_chunk_kkt_solve_kernel is not in the manifest: the kkt entry's constexprs + the solve's PREC.
-        k_opt = opt("gdr_chunk_kkt_k128", {"PREC": 1, "STAGED": int(cfg["prep"] == "staged")},
-                    nw=1 if cfg["prep"] == "fused" else 4, ns=1)
+        k_opt = opt("gdr_chunk_kkt_k128", {"PREC": 1, "STAGED": int(prep == "staged")},
+                    nw=1 if prep == "fused" else 4, ns_=1)
 
     def stages(which="mkvwso"):
         which = which.replace("p", "kvw")
@@ -356,30 +449,26 @@ def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, 
             cp.gdr_chunk_offsets_kernel[(1,)](cu, ws["coff"], n, t, nt, **opt("gdr_chunk_offsets"))
             cp.gdr_chunk_map_kernel[((nt + 127) // 128,)](ws["coff"], ws["cseq"], n, nt, iters, **opt("gdr_chunk_map"))
         if "k" in which:
-            kfn = cp.gdr_chunk_kkt_kernel if cfg["prep"] == "split" else cp.gdr_chunk_kkt_solve_kernel
-            kfn[(nt, hv)](k, glog, beta, a_dummy, a_dummy, glog, glog, cu, slots, ws["coff"], ws["cseq"],
-                          ws["gcum"], ws["betaw"], ws["A"], t, ns, hk, hv, hk * K, hv, 1, 0, **k_opt)
-        if "v" in which and cfg["prep"] == "split":
+            kfn = cp.gdr_chunk_kkt_kernel if prep == "split" else cp.gdr_chunk_kkt_solve_kernel
+            kfn[(nt, hv)](*kargs, **k_opt)
+        if "v" in which and prep == "split":
             cp.gdr_chunk_solve_kernel[(nt, hv)](ws["A"], cu, slots, ws["coff"], ws["cseq"], t, ns, hv,
                                                 **opt("gdr_chunk_solve"))
         if "w" in which:
-            cp.gdr_chunk_wu_kernel[(nt, hv, 2 if wz else 1)](k, v, ws["betaw"], ws["gcum"], ws["A"], wbuf, ws["u"], cu,
-                                                             slots, ws["coff"], ws["cseq"], t, ns, hk, hv, hk * K,
-                                                             hv * V, 1, **w_opt)
+            cp.gdr_chunk_wu_kernel[(nt, hv, 2 if wz else 1)](*wargs, **w_opt)
         if "s" in which:
-            cp.gdr_chunk_state_kernel[(n, hv, V // sbv)](k, wbuf, ws["u"], ws["gcum"], ws["h"], pool, cu, slots, slots,
-                                                         ws["coff"], t, ns, hk, hv, hk * K, 1, 1, **s_opt)
+            cp.gdr_chunk_state_kernel[(n, hv, V // sbv)](*sargs, **s_opt)
         if "o" in which:
-            bvo = ents["gdr_chunk_out_k128v128"]["constexprs"]["BV"]
-            cp.gdr_chunk_out_kernel[(nt, hv, V // bvo)](q, k, ws["u"], ws["gcum"], ws["h"], o, cu, slots, ws["coff"],
-                                                        ws["cseq"], t, ns, hk, hv, hk * K, hk * K, 1, K ** -0.5,
-                                                        **opt("gdr_chunk_out_k128v128"))
+            cp.gdr_chunk_out_kernel[(nt, hv, V // bvo)](*oargs, **opt("gdr_chunk_out_k128v128"))
     return stages
 
 
-def prefill_row(libs, chunk, key, name, hk, hv, lens):
+def prefill_row(libs, chunk, key, name, hk, hv, lens, prepass=False):
+    """One prefill shape: deltakit (library default + variants), FlashInfer, FLA. prepass: only the anchors' first
+    (compiling / autotuning) calls, nothing timed or recorded."""
     row = {"kind": "prefill", "case": name}
-    RES["rows"].append(row)
+    if not prepass:
+        RES["rows"].append(row)
     t, n = sum(lens), len(lens)
     flop = 4.0 * t * hv * K * V
     tf = lambda ms: flop / (ms * 1e-3) / 1e12  # noqa: E731
@@ -397,16 +486,29 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens):
         cu_l.append(cu_l[-1] + L)
     cu32 = torch.tensor(cu_l, device=DEV, dtype=torch.int32)
     outs = {}
-    if chunk is not None:
-        cp, ents = chunk
+    if chunk is not None and not prepass:
+        cp, ents, aot = chunk
         pool = pool_vk.transpose(-1, -2).contiguous()
         o = torch.empty(t, hv, V, device=DEV, dtype=torch.bfloat16)
         r = row.setdefault("dk", {})
+        r["path"] = "aot" if aot is not None else "jit"
+        r["pipe"] = LIB_CFG["pipe"]
         try:
-            st = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t)
-            t1 = time.time()
-            st()
-            torch.cuda.synchronize()
+            try:
+                st = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t, aot=aot)
+                t1 = time.time()
+                st()
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001
+                if aot is None:
+                    raise
+                # Fallback: the JIT path (same source), so that the row still gets numbers.
+                r["aot_error"], r["path"], aot = err_text(e), "jit (aot failed)", None
+                pool.copy_(pool_vk.transpose(-1, -2))
+                st = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t)
+                t1 = time.time()
+                st()
+                torch.cuda.synchronize()
             r["first_s"] = round(time.time() - t1, 1)
             outs["dk"] = (o.clone(), pool[slots.long()].transpose(-1, -2).clone())
             r["ms"] = gpu_ms(st)
@@ -415,22 +517,20 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens):
                 r[f"stage_{s_}_ms"] = gpu_ms(lambda s_=s_: st(s_), reps=10)
             if ARGS.prefill_variants:
                 for vn, cfg in PREFILL_VARIANTS.items():
+                    if cfg == LIB_CFG:
+                        continue
                     rv = row.setdefault("dk:" + vn, {})
                     try:
                         pool.copy_(pool_vk.transpose(-1, -2))
                         o.fill_(float("nan"))
-                        sv = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t, cfg)
+                        sv = dk_prefill_fn(cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, n, t, cfg,
+                                           aot=aot)
                         sv()
                         torch.cuda.synchronize()
                         rv["relerr_o_vs_dk"] = rel(o, outs["dk"][0])
                         rv["relerr_s_vs_dk"] = rel(pool[slots.long()].transpose(-1, -2), outs["dk"][1])
-                        if vn.startswith("wu_"):
-                            rv["stage_w_ms"] = gpu_ms(lambda: sv("w"), reps=10)
-                            continue
-                        if vn in ("wsplit", "prep_staged", "prep_fused_1warp"):
-                            rv["ms"] = gpu_ms(sv)
-                            for s_ in "kvw":
-                                rv[f"stage_{s_}_ms"] = gpu_ms(lambda s_=s_: sv(s_), reps=10)
+                        rv["ms"] = gpu_ms(sv)
+                        rv["stage_w_ms"] = gpu_ms(lambda: sv("w"), reps=10)
                         rv["stage_s_ms"] = gpu_ms(lambda: sv("s"), reps=10)
                     except Exception as e:  # noqa: BLE001
                         rv["error"] = err_text(e)
@@ -451,13 +551,21 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens):
             call()
             torch.cuda.synchronize()
             r["first_s"] = round(time.time() - t1, 1)
-            outs["fi"] = (o.clone(), pool[slots.long()].clone())
-            r["ms"] = gpu_ms(call)
-            r["TFLOPs"] = tf(r["ms"])
+            if prepass:
+                RES["meta"][f"fi_prepass_s_{key}"] = r["first_s"]
+            else:
+                pool.copy_(pool_vk)
+                call()
+                torch.cuda.synchronize()
+                outs["fi"] = (o.clone(), pool[slots.long()].clone())
+                r["ms"] = gpu_ms(call)
+                r["TFLOPs"] = tf(r["ms"])
         except Exception as e:  # noqa: BLE001
             r["error"] = err_text(e)
+            if prepass:
+                RES["meta"][f"fi_prepass_error_{key}"] = err_text(e)
         del pool
-    if "fla_prefill" in libs and key in ARGS.fla_prefill.split(",") and elapsed() < ARGS.budget_s * 0.8:
+    if "fla_prefill" in libs and key in ARGS.fla_prefill.split(",") and (prepass or elapsed() < ARGS.budget_s * 0.8):
         fla = libs["fla_prefill"]
         h0 = pool_vk[slots.long()].contiguous()
         kw = dict(output_final_state=True, cu_seqlens=cu32.long(), cu_seqlens_cpu=torch.tensor(cu_l),
@@ -469,6 +577,9 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens):
             o2, ht = fla(q[None], k[None], v[None], glog[None], bb[None], initial_state=h0, **kw)
             torch.cuda.synchronize()
             r["first_s"] = round(time.time() - t1, 1)
+            if prepass:
+                RES["meta"][f"fla_prepass_s_{key}"] = r["first_s"]
+                return
             outs["fla"] = (o2[0].clone(), ht.clone())
             r["ms"] = gpu_ms(lambda: fla(q[None], k[None], v[None], glog[None], bb[None], initial_state=h0, **kw))
             r["TFLOPs"] = tf(r["ms"])
@@ -479,6 +590,181 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens):
         row["relerr_o_dk"] = rel(outs["dk"][0], ref[0])
         row["relerr_s_dk"] = rel(outs["dk"][1], ref[1])
     torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------ streaming ops
+class Conv1dPrefillParams(ctypes.Structure):
+    """csrc/include/conv1d.h DkConv1dPrefillParams."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "weight", "bias", "cu_seqlens", "slots", "has_initial_state",
+                                               "conv_state", "out")] + \
+        [(n, ctypes.c_int64) for n in ("num_tokens", "num_seqs", "conv_dim", "width", "num_slots", "x_stride")]
+
+
+class Conv1dUpdateParams(ctypes.Structure):
+    """csrc/include/conv1d.h DkConv1dUpdateParams."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "weight", "bias", "slots", "conv_state", "out")] + \
+        [(n, ctypes.c_int64) for n in ("n", "s", "conv_dim", "width", "num_slots", "x_stride")]
+
+
+class RmsNormParams(ctypes.Structure):
+    """csrc/include/norm.h DkRmsNormParams."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "residual", "w", "out")] + \
+        [("rows", ctypes.c_int64), ("d", ctypes.c_int64), ("eps", ctypes.c_float)]
+
+
+class RmsNormGatedParams(ctypes.Structure):
+    """csrc/include/norm.h DkRmsNormGatedParams."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "z", "w", "out")] + \
+        [("rows", ctypes.c_int64), ("d", ctypes.c_int64), ("eps", ctypes.c_float), ("z_token_stride", ctypes.c_int64),
+         ("z_heads", ctypes.c_int64)]
+
+
+COPY_CEILING_TBPS = 4.25  # issue 15's copy ceiling (H200, torch device-to-device copy, read + write)
+# (name, conv_dim, H_v, hidden): per-rank GDR shapes of Qwen3.5-27B (TP1) and 9B; K = V = 128, conv width 4.
+STREAM_MODELS = (("27B", 10240, 48, 5120), ("9B", 8192, 32, 4096))
+CONV1D_PREFILL_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8x8", 3: "vec8x16", 4: "vec8x32"}
+CONV1D_UPDATE_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8"}
+
+
+def streaming_rows(path):
+    """conv1d.prefill (8192 tokens, one sequence and 8 x 1024), conv1d.update (batch 64, S = 1), norm.rms_gated
+    (rows = tokens * H_v, d = 128) and norm.fused_add_rms (d = hidden) at 8192 tokens / batch 64: bytes moved per
+    call / GPU time, as a fraction of the copy ceiling (COPY_CEILING_TBPS, and the 2 GB copy measured here) and of a
+    torch copy moving the same bytes. Forced configurations of conv1d are checked bit-exact against the scalar
+    path."""
+    lib = ctypes.CDLL(path)
+    sd = ctypes.c_void_p
+    for fn, pt in (("dk_conv1d_prefill", Conv1dPrefillParams), ("dk_conv1d_update", Conv1dUpdateParams),
+                   ("dk_norm_fused_add_rms", RmsNormParams), ("dk_norm_rms_gated", RmsNormGatedParams)):
+        getattr(lib, fn).argtypes = [ctypes.POINTER(pt), sd]
+    lib.dk_tune_conv1d_prefill_cfg.argtypes = [ctypes.POINTER(Conv1dPrefillParams), ctypes.c_int, sd]
+    lib.dk_tune_conv1d_update_cfg.argtypes = [ctypes.POINTER(Conv1dUpdateParams), ctypes.c_int, sd]
+    stream = lambda: sd(torch.cuda.current_stream().cuda_stream)  # noqa: E731
+
+    def ok(st, what):
+        if st != 0:
+            raise RuntimeError(f"{what} status {st}")
+
+    def copy_ms(nbytes):
+        """GPU ms of a torch device-to-device copy moving nbytes (read + write)."""
+        a = torch.empty(max(1, int(nbytes // 2)), device=DEV, dtype=torch.uint8)
+        b = torch.empty_like(a)
+        return gpu_ms(lambda: b.copy_(a))
+    RES["meta"]["copy_2GB_TBps"] = 2.0 * 2 ** 30 / (copy_ms(2.0 * 2 ** 30) * 1e-3) / 1e12
+
+    def add(op, case, cfg, fn, nbytes, extra=None):
+        row = {"kind": "stream", "op": op, "case": case, "cfg": cfg, "bytes": nbytes}
+        try:
+            row["ms"] = gpu_ms(fn)
+            row["TBps"] = nbytes / (row["ms"] * 1e-3) / 1e12
+            row["frac_ceiling"] = row["TBps"] / COPY_CEILING_TBPS
+            row["copy_same_bytes_ms"] = copy_ms(nbytes)
+            row["frac_same_size_copy"] = row["copy_same_bytes_ms"] / row["ms"]
+        except Exception as e:  # noqa: BLE001
+            row["error"] = err_text(e)
+        row.update(extra or {})
+        RES["rows"].append(row)
+        return row
+
+    g = torch.Generator(device=DEV).manual_seed(7)
+    rnd = lambda *s: torch.randn(*s, device=DEV, generator=g).bfloat16()  # noqa: E731
+    W = 4
+    for mname, cd, hv, hidden in STREAM_MODELS:
+        wt, bias = rnd(cd, W), rnd(cd)
+        # conv1d.prefill
+        for lens in ([8192], [1024] * 8):
+            t, n = sum(lens), len(lens)
+            x, out = rnd(t, cd), torch.empty(t, cd, device=DEV, dtype=torch.bfloat16)
+            state = rnd(2 * n + 1, cd, W - 1)
+            slots = torch.arange(n, device=DEV, dtype=torch.int32) * 2
+            cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(n)], device=DEV, dtype=torch.int32)
+            p = Conv1dPrefillParams(x.data_ptr(), wt.data_ptr(), bias.data_ptr(), cu.data_ptr(), slots.data_ptr(), 0,
+                                    state.data_ptr(), out.data_ptr(), t, n, cd, W, state.shape[0], cd)
+            nbytes = 2.0 * t * cd * 2 + cd * (W + 1) * 2 + 2.0 * n * cd * (W - 1) * 2
+            ref = None
+            for cfg, cn in CONV1D_PREFILL_CFGS.items():
+                st0 = state.clone()
+                fn = lambda cfg=cfg: ok(lib.dk_tune_conv1d_prefill_cfg(ctypes.byref(p), cfg, stream()), "conv1d")  # noqa: E731
+                try:
+                    out.fill_(float("nan"))
+                    fn()
+                    torch.cuda.synchronize()
+                    res = (out.clone(), state.clone())
+                    state.copy_(st0)
+                    if cfg == 1:
+                        ref = res
+                except Exception as e:  # noqa: BLE001
+                    RES["rows"].append({"kind": "stream", "op": "conv1d.prefill", "case": f"{mname} {n}x{lens[0]}",
+                                        "cfg": cn, "error": err_text(e)})
+                    continue
+                r = add("conv1d.prefill", f"{mname} cd{cd} {n}x{lens[0]}", cn, fn, nbytes)
+                r["_res"] = res
+            for r in RES["rows"]:
+                if r.get("op") == "conv1d.prefill" and "_res" in r and ref is not None:
+                    r["bitexact_vs_scalar"] = bool(torch.equal(r["_res"][0], ref[0]) and torch.equal(r["_res"][1], ref[1]))
+                r.pop("_res", None)
+            del x, out, state
+        # conv1d.update (decode, batch 64, S = 1)
+        B = 64
+        x, out = rnd(B, cd), torch.empty(B, cd, device=DEV, dtype=torch.bfloat16)
+        state = rnd(2 * B + 1, cd, W - 1)
+        slots = torch.randperm(2 * B + 1, device=DEV, generator=g)[:B].to(torch.int32)
+        p = Conv1dUpdateParams(x.data_ptr(), wt.data_ptr(), bias.data_ptr(), slots.data_ptr(), state.data_ptr(),
+                               out.data_ptr(), B, 1, cd, W, state.shape[0], cd)
+        nbytes = B * cd * (2 + 2 + 2 * (W - 1) * 2) + cd * (W + 1) * 2
+        ref = None
+        for cfg, cn in CONV1D_UPDATE_CFGS.items():
+            st0 = state.clone()
+            fn = lambda cfg=cfg: ok(lib.dk_tune_conv1d_update_cfg(ctypes.byref(p), cfg, stream()), "conv1d.update")  # noqa: E731
+            try:
+                fn()
+                torch.cuda.synchronize()
+                res = (out.clone(), state.clone())
+                state.copy_(st0)
+            except Exception as e:  # noqa: BLE001
+                RES["rows"].append({"kind": "stream", "op": "conv1d.update", "case": f"{mname} B{B}", "cfg": cn,
+                                    "error": err_text(e)})
+                continue
+            if cfg == 1:
+                ref = res
+            r = add("conv1d.update", f"{mname} cd{cd} B{B}", cn, fn, nbytes)
+            r["_res"] = res
+        for r in RES["rows"]:
+            if r.get("op") == "conv1d.update" and "_res" in r and ref is not None:
+                r["bitexact_vs_scalar"] = bool(torch.equal(r["_res"][0], ref[0]) and torch.equal(r["_res"][1], ref[1]))
+            r.pop("_res", None)
+        # norm.rms_gated (d = V = 128) and norm.fused_add_rms (d = hidden)
+        for toks, tag in ((8192, "prefill 8192"), (64, "decode B64")):
+            rows = toks * hv
+            xg, zg, og = rnd(rows, 128), rnd(rows, 128), torch.empty(rows, 128, device=DEV, dtype=torch.bfloat16)
+            wg = rnd(128)
+            pg = RmsNormGatedParams(xg.data_ptr(), zg.data_ptr(), wg.data_ptr(), og.data_ptr(), rows, 128, 1e-6, 0, 1)
+            add("norm.rms_gated", f"{mname} {tag} rows {rows}x128", "dispatch",
+                lambda: ok(lib.dk_norm_rms_gated(ctypes.byref(pg), stream()), "rms_gated"), 3.0 * rows * 128 * 2)
+            xr, res_, orr = rnd(toks, hidden), rnd(toks, hidden), torch.empty(toks, hidden, device=DEV, dtype=torch.bfloat16)
+            wr = rnd(hidden)
+            pr = RmsNormParams(xr.data_ptr(), res_.data_ptr(), wr.data_ptr(), orr.data_ptr(), toks, hidden, 1e-6)
+            add("norm.fused_add_rms", f"{mname} {tag} {toks}x{hidden}", "dispatch",
+                lambda: ok(lib.dk_norm_fused_add_rms(ctypes.byref(pr), stream()), "fused_add_rms"),
+                4.0 * toks * hidden * 2)
+        torch.cuda.empty_cache()
+
+
+def stream_table():
+    rows = [r for r in RES["rows"] if r.get("kind") == "stream"]
+    if not rows:
+        return ""
+    ceil = RES["meta"].get("copy_2GB_TBps", float("nan"))
+    out = [f"streaming ops (copy ceiling {COPY_CEILING_TBPS} TB/s; 2 GB torch copy here {ceil:.2f} TB/s)",
+           "| op | case | cfg | us | TB/s | of 4.25 | of same-size copy | bit-exact |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "ms" not in r:
+            out.append(f"| {r['op']} | {r['case']} | {r['cfg']} | {r.get('error', '-')[:60]} | | | | |")
+            continue
+        out.append(f"| {r['op']} | {r['case']} | {r['cfg']} | {r['ms'] * 1e3:.1f} | {r['TBps']:.2f} | "
+                   f"{r['frac_ceiling'] * 100:.0f}% | {r['frac_same_size_copy'] * 100:.0f}% | "
+                   f"{r.get('bitexact_vs_scalar', '-')} |")
+    return "\n".join(out)
 
 
 # ------------------------------------------------------------------------------------------ table
@@ -502,7 +788,7 @@ def table():
                            for k_ in row if k_.startswith("dk:"))
             notes.append(f"{row['case']}: deltakit stages (m map, k kkt_solve, v solve, w wu, s state, o out) {st_}; "
                          f"variants: {vs}")
-        else:
+        elif row["kind"] == "decode":
             for mode in ("warm", "cold"):
                 f = lambda r: (f"{r[mode + '_TBps']:.2f} ({r[mode + '_ms'] * 1e3:.1f} us)"  # noqa: E731
                                if mode + "_ms" in r else r.get("error", "-")[:40])
@@ -526,19 +812,44 @@ def table():
                          " ".join(f"{k_[3:]}={row[k_].get('cold_ms', 0) * 1e3:.1f}" for k_ in ks))
     if sweep:
         out += "\ndecode tile sweep (same harness):\n" + "\n".join(sweep)
+    st = stream_table()
+    if st:
+        out += "\n" + st
     return out
 
 
 def main():
+    if ARGS.merge is not None:
+        for f in ARGS.merge:
+            try:
+                r = json.load(open(f))
+            except (OSError, ValueError) as e:
+                print(f"merge: {f}: {e}", file=sys.stderr)
+                continue
+            RES["meta"].update(r.get("meta", {}))
+            RES["rows"] += r.get("rows", [])
+        save()
+        print(table())
+        return
     torch.set_grad_enabled(False)
     libs = load_anchors()
     dk = None
-    if "dk" in LIBS:
+    if "dk" in LIBS and not ARGS.skip_decode:
         try:
             dk = DkDecode(ARGS.lib)
         except Exception as e:  # noqa: BLE001
             RES["meta"]["dk_decode_error"] = err_text(e)
-    chunk = load_chunk_module() if "dk" in LIBS else None
+    chunk = None
+    if "dk" in LIBS and not ARGS.skip_prefill:
+        cp, ents = load_chunk_module()
+        aot = None
+        if not ARGS.dk_jit:
+            try:
+                aot = DkAot(ARGS.dk_lib, cp)
+            except Exception as e:  # noqa: BLE001
+                RES["meta"]["dk_aot_error"] = err_text(e)
+                print(traceback.format_exc()[-2000:], file=sys.stderr)
+        chunk = (cp, ents, aot)
     print(json.dumps(RES["meta"]), flush=True)
     only = [s for s in ARGS.only.split(",") if s]
     jobs = []
@@ -547,12 +858,39 @@ def main():
             for b in (1, 16, 64, 256):
                 jobs.append(("decode", f"decode 27B-{tp} {hk}/{hv} B={b}", (hk, hv, b)))
     if not ARGS.skip_prefill:
-        for key in ARGS.prefill.split(","):
+        for key in [k_ for k_ in ARGS.prefill.split(",") if k_]:
             c = PREFILL[key]
             jobs.append(("prefill", c[0], (key,) + c[1:]))
+    jobs = [j for j in jobs if not only or any(s_ in j[1] for s_ in only)]
+    if ARGS.prepass:
+        for kind, name, a in jobs:
+            if kind != "prefill":
+                continue
+            t1 = time.time()
+            try:
+                prefill_row(libs, chunk, a[0], name, *a[1:], prepass=True)
+            except Exception as e:  # noqa: BLE001
+                RES["meta"][f"prepass_error_{a[0]}"] = err_text(e)
+            print(f"[{elapsed():6.1f}s] prepass {name} ({time.time() - t1:.1f}s)", file=sys.stderr, flush=True)
+            torch.cuda.empty_cache()
+    if ARGS.wait_file:
+        while not os.path.exists(ARGS.wait_file):
+            time.sleep(0.5)
+    if ARGS.barrier:
+        bdir, bn = ARGS.barrier.rsplit(":", 1)
+        os.makedirs(bdir, exist_ok=True)
+        open(os.path.join(bdir, str(os.getpid())), "w").close()
+        tb = time.time()
+        while len(os.listdir(bdir)) < int(bn) and time.time() - tb < 300:  # a crashed sibling: time anyway
+            time.sleep(0.5)
+    lock = None
+    if ARGS.lock_file:
+        import fcntl
+        lock = open(ARGS.lock_file, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    RES["meta"]["timed_from_s"] = round(elapsed(), 1)
+    print(f"[{elapsed():6.1f}s] timed phase", file=sys.stderr, flush=True)
     for kind, name, a in jobs:
-        if only and not any(s in name for s in only):
-            continue
         if elapsed() > ARGS.budget_s:
             RES["rows"].append({"kind": kind, "case": name, "skipped": "budget"})
             continue
@@ -567,6 +905,17 @@ def main():
             print(traceback.format_exc()[-2000:], file=sys.stderr)
         print(f"[{elapsed():6.1f}s] {name} ({time.time() - t1:.1f}s)", file=sys.stderr, flush=True)
         save()
+    if ARGS.streaming:
+        t1 = time.time()
+        try:
+            streaming_rows(ARGS.dk_lib)
+        except Exception as e:  # noqa: BLE001
+            RES["meta"]["streaming_error"] = err_text(e)
+            print(traceback.format_exc()[-2000:], file=sys.stderr)
+        print(f"[{elapsed():6.1f}s] streaming ({time.time() - t1:.1f}s)", file=sys.stderr, flush=True)
+    RES["meta"]["timed_to_s"] = round(elapsed(), 1)
+    if lock is not None:
+        lock.close()
     RES["rows"] = [r for r in RES["rows"] if "skipped" not in r] + [r for r in RES["rows"] if "skipped" in r]
     save()
     print(table())

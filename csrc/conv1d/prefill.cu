@@ -7,11 +7,17 @@
 // has_initial_state u8 [N] (optional, 0 = start from zeros), conv_state bf16
 // [num_slots, conv_dim, W-1] (oldest first).
 // Two kernels on the stream, so no kernel reads a state another thread is writing:
-// 1. outputs: one thread per (channel, chunk of 16 tokens); grid.x = token chunks, grid.y =
-//    channel blocks of 128 (a warp reads 64 contiguous bytes per token). The thread finds the
-//    chunk's first sequence by binary search over cu_seqlens, keeps a W-1 window in registers
-//    (re-initialised from the slot's state or zeros at a sequence start) and walks its tokens. It
-//    only READS the state pool. (Loading the 16 inputs up front measured slower on an H200.)
+// 1. outputs. Vector path (conv_dim, x_stride multiples of 8, x / out / weight / bias 16-byte
+//    aligned): one thread per (8 channels, chunk of kVecChunk tokens), 16-byte loads / stores
+//    (a warp reads 512 contiguous bytes per token); a chunk inside one live sequence whose window
+//    lies in x (every chunk but those at a sequence start) loads all its kVecChunk + W-1 inputs
+//    up front (many bytes in flight per thread), others walk token by token as the scalar path.
+//    Scalar path (any other shape): one thread per (channel, chunk of 16 tokens); grid.x = token
+//    chunks, grid.y = channel blocks of 128 (a warp reads 64 contiguous bytes per token). Either
+//    thread finds the chunk's first sequence by binary search over cu_seqlens, keeps a W-1 window
+//    in registers (re-initialised from the slot's state or zeros at a sequence start) and walks
+//    its tokens. It only READS the state pool. Same f32 operations per output in both paths
+//    (bit-identical results).
 // 2. final states: one thread per (sequence, channel); grid.x = N * channel blocks. It reads the
 //    old W-1 history (if the sequence is shorter than W-1 part of it survives) and the last inputs,
 //    then writes the new history, all in that one thread.
@@ -112,6 +118,140 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_kernel(DkConv1dPr
   }
 }
 
+// ---- vector path: 8 channels per thread -------------------------------------------------------
+constexpr int kVec = 8;
+
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[kVec]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 v = __bfloat1622float2(h[j]);
+    f[2 * j] = v.x;
+    f[2 * j + 1] = v.y;
+  }
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[kVec]) {
+  unpack8(*reinterpret_cast<const uint4*>(p), f);
+}
+
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec]) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Outputs of one token for 8 channels: silu(bias + taps) per channel, as conv_out.
+template <int W>
+__device__ __forceinline__ void conv8(const float (&wt)[kVec][W], const float (&bias)[kVec],
+                                      const float (&win)[W - 1][kVec], const float (&xv)[kVec], float (&o)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    float w1[W - 1];
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) w1[j] = win[j][i];
+    o[i] = dk_conv1d::conv_out<W>(wt[i], bias[i], w1, xv[i]);
+  }
+}
+
+// One thread per (8 channels c0..c0+7, chunk of CT tokens). Requires conv_dim % 8 == 0,
+// x_stride % 8 == 0 and 16-byte aligned x / out / weight / bias (checked by the launcher).
+template <int W, int CT>
+__global__ void __launch_bounds__(kThreads) conv1d_prefill_out_vec_kernel(DkConv1dPrefillParams p) {
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * kVec;
+  if (c0 >= p.conv_dim) return;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * CT;
+  const int64_t t1 = t0 + CT < p.num_tokens ? t0 + CT : p.num_tokens;
+  const auto* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
+  auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  // Largest i in [0, N) with cu[i] <= t0.
+  int64_t lo = 0, hi = p.num_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (cu_at(p, mid) <= t0) lo = mid; else hi = mid - 1;
+  }
+  int64_t seq = lo;
+  while (seq + 1 < p.num_seqs && cu_at(p, seq + 1) <= t0) ++seq;
+  // weight [conv_dim, W]: the 8 channels' taps are 8 * W contiguous values (W 16-byte loads).
+  const auto* weight = reinterpret_cast<const __nv_bfloat16*>(p.weight) + c0 * W;
+  float wt[kVec][W];
+#pragma unroll
+  for (int q = 0; q < W; ++q) {
+    float f[kVec];
+    load8(weight + q * kVec, f);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) wt[(q * kVec + e) / W][(q * kVec + e) % W] = f[e];
+  }
+  float bias[kVec];
+  if (p.bias) {
+    load8(reinterpret_cast<const __nv_bfloat16*>(p.bias) + c0, bias);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) bias[i] = 0.f;
+  }
+  Seq s = load_seq(p, seq);
+  // Fast path: the whole chunk is one live sequence's and its window lies in x.
+  if (t1 - t0 == CT && s.slot >= 0 && t0 - (W - 1) >= s.start && t1 <= s.end) {
+    // All CT + W - 1 input rows in flight at once (raw bf16: 4 registers a row).
+    uint4 xs[CT + W - 1];
+#pragma unroll
+    for (int j = 0; j < CT + W - 1; ++j) xs[j] = *reinterpret_cast<const uint4*>(x + (t0 - (W - 1) + j) * p.x_stride + c0);
+    float win[W - 1][kVec];
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) unpack8(xs[q], win[q]);
+#pragma unroll
+    for (int j = 0; j < CT; ++j) {
+      float xv[kVec], o[kVec];
+      unpack8(xs[j + W - 1], xv);
+      conv8<W>(wt, bias, win, xv, o);
+      store8(out + (t0 + j) * p.conv_dim + c0, o);
+#pragma unroll
+      for (int q = 0; q < W - 2; ++q)
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) win[q][i] = win[q + 1][i];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) win[W - 2][i] = xv[i];
+    }
+    return;
+  }
+  float win[W - 1][kVec];
+  bool have_window = false;
+  for (int64_t t = t0; t < t1; ++t) {
+    while (t >= s.end && seq + 1 < p.num_seqs) {
+      ++seq;
+      s = load_seq(p, seq);
+      have_window = false;
+    }
+    if (t < s.start || t >= s.end || s.slot < 0) {  // padding (or a token no sequence covers)
+      const float z[kVec] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      store8(out + t * p.conv_dim + c0, z);
+      continue;
+    }
+    if (!have_window) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        float w1[W - 1];
+        init_window<W>(p, s, t, c0 + i, w1);
+#pragma unroll
+        for (int j = 0; j < W - 1; ++j) win[j][i] = w1[j];
+      }
+      have_window = true;
+    }
+    float xv[kVec], o[kVec];
+    load8(x + t * p.x_stride + c0, xv);
+    conv8<W>(wt, bias, win, xv, o);
+    store8(out + t * p.conv_dim + c0, o);
+#pragma unroll
+    for (int j = 0; j < W - 2; ++j)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) win[j][i] = win[j + 1][i];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) win[W - 2][i] = xv[i];
+  }
+}
+
 template <int W>
 __global__ void __launch_bounds__(kThreads) conv1d_prefill_state_kernel(DkConv1dPrefillParams p, int64_t cblocks) {
   const int64_t i = blockIdx.x / cblocks;
@@ -134,36 +274,74 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_state_kernel(DkConv1d
   for (int j = 0; j < W - 1; ++j) st[j] = nw[j];
 }
 
+// Output-kernel configurations: kAuto = the dispatch (vector path with kVecChunk tokens when the
+// shape allows it, else scalar); the others force one (tools/tune: same-process comparisons).
+enum Cfg { kAuto = 0, kScalar = 1, kVec8 = 2, kVec16 = 3, kVec32 = 4, kNumCfgs = 5 };
+constexpr int kVecChunk = 8;
+
+bool vec_ok(const DkConv1dPrefillParams& p) {
+  return p.conv_dim % kVec == 0 && p.x_stride % kVec == 0 && p.x % 16 == 0 && p.out % 16 == 0 &&
+         p.weight % 16 == 0 && p.bias % 16 == 0;
+}
+
+template <int W, int CT>
+dk_status launch_vec(const DkConv1dPrefillParams& p, cudaStream_t stream) {
+  const int64_t cblocks = dk::ceil_div(p.conv_dim, kThreads * kVec);
+  const int64_t chunks = dk::ceil_div(p.num_tokens, CT);
+  if (chunks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
+  conv1d_prefill_out_vec_kernel<W, CT><<<grid, kThreads, 0, stream>>>(p);
+  return dk::launch_status();
+}
+
 template <int W>
-dk_status launch(const DkConv1dPrefillParams& p, cudaStream_t stream) {
+dk_status launch(const DkConv1dPrefillParams& p, cudaStream_t stream, int cfg) {
   const int64_t cblocks = dk::ceil_div(p.conv_dim, kThreads);
   if (cblocks > 65535) return DK_ERR_INVALID_ARGUMENT;
   const int64_t chunks = dk::ceil_div(p.num_tokens, kChunk);
   if (chunks > 0x7fffffffLL || p.num_seqs * cblocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  if (cfg == kAuto) cfg = vec_ok(p) ? (kVecChunk == 8 ? kVec8 : kVecChunk == 16 ? kVec16 : kVec32) : kScalar;
+  if (cfg != kScalar && !vec_ok(p)) return DK_ERR_UNSUPPORTED;
   if (chunks > 0) {
-    dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
-    conv1d_prefill_out_kernel<W><<<grid, kThreads, 0, stream>>>(p);
-    if (dk_status s = dk::launch_status(); s != DK_OK) return s;
+    dk_status st = DK_OK;
+    if (cfg == kVec8) {
+      st = launch_vec<W, 8>(p, stream);
+    } else if (cfg == kVec16) {
+      st = launch_vec<W, 16>(p, stream);
+    } else if (cfg == kVec32) {
+      st = launch_vec<W, 32>(p, stream);
+    } else {
+      dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
+      conv1d_prefill_out_kernel<W><<<grid, kThreads, 0, stream>>>(p);
+      st = dk::launch_status();
+    }
+    if (st != DK_OK) return st;
   }
   conv1d_prefill_state_kernel<W><<<static_cast<unsigned>(p.num_seqs * cblocks), kThreads, 0, stream>>>(p, cblocks);
   return dk::launch_status();
 }
 
-}  // namespace
-
-extern "C" dk_status dk_conv1d_prefill(const DkConv1dPrefillParams* p, dk_stream_t stream) {
+dk_status prefill_cfg(const DkConv1dPrefillParams* p, dk_stream_t stream, int cfg) {
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_tokens < 0 || p->num_seqs < 0 || p->conv_dim < 1 || p->num_slots < 0 || p->x_stride < p->conv_dim)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->width < 2 || p->width > 4) return DK_ERR_UNSUPPORTED;
+  if (cfg < 0 || cfg >= kNumCfgs) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs == 0) return p->num_tokens == 0 ? DK_OK : DK_ERR_INVALID_ARGUMENT;
   if (p->cu_seqlens == 0 || p->slots == 0 || p->weight == 0 || p->conv_state == 0) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_tokens > 0 && (p->x == 0 || p->out == 0)) return DK_ERR_INVALID_ARGUMENT;
   if (p->x % 2 || p->weight % 2 || p->bias % 2 || p->cu_seqlens % 4 || p->slots % 4 || p->conv_state % 2 || p->out % 2)
     return DK_ERR_INVALID_ARGUMENT;
+  auto* s = static_cast<cudaStream_t>(stream);
   switch (p->width) {
-    case 2: return launch<2>(*p, stream);
-    case 3: return launch<3>(*p, stream);
-    default: return launch<4>(*p, stream);
+    case 2: return launch<2>(*p, s, cfg);
+    case 3: return launch<3>(*p, s, cfg);
+    default: return launch<4>(*p, s, cfg);
   }
+}
+
+}  // namespace
+
+extern "C" dk_status dk_conv1d_prefill(const DkConv1dPrefillParams* p, dk_stream_t stream) {
+  return prefill_cfg(p, stream, kAuto);
 }

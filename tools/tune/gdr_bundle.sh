@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Builds what tools/tune/gdr_device_call.sh needs into .gpu-gdr/ (git-ignored; carry it): the GPU test
-# binaries of the GDR / conv1d / norm ops (stripped, one tar.xz) and gdr.decode as a shared library for the
-# Python three-way harness (tools/bench_anchors_gdr.py). Run from the repository root after
-# `tools/setup-toolchain`. Keep .gpu-gdr + .anchor-kit + the tree under the 64 MiB a device call carries.
+# Builds what tools/tune/gdr_device_call.sh needs into .gpu-gdr/ (git-ignored; carry it):
+#   bin.tar.xz            the GPU test binaries of the GDR / conv1d / norm ops (stripped)
+#   libdk_gdr_decode.so   (GDR_BUNDLE_DECODE=1) gdr.decode (+ its tile sweep) for tools/bench_anchors_gdr.py
+#   libdk_gdr_bench.so    the AOT Triton launchers of gdr.chunk_prefill's K = V = 128 entries (the library's
+#                         cubins, from triton_aot/manifest.toml, plus the pipeline variants of
+#                         tools/tune/gdr_prefill_variants.toml), conv1d.prefill / conv1d.update (with their forced
+#                         configurations) and norm.* — so the harness times the library's own kernels with no
+#                         Triton JIT compile on the GPU host.
+# Run from the repository root after `tools/setup-toolchain`. Keep .gpu-gdr + the anchor kit + the tree under the
+# 64 MiB a device call carries (the full kit does not fit beside the tree: tools/tune/gdr_device_call.sh stash).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-json="$(mktemp)"
-trap 'rm -f "$json"' EXIT
-tests=(gdr_decode gdr_chunk_prefill ${GDR_BUNDLE_EXTRA_TESTS:-})
-args=()
-for t in "${tests[@]}"; do args+=(--test "$t"); done
-cargo test --release --features cuda "${args[@]}" --no-run --message-format=json-render-diagnostics >"$json"
-rm -rf .gpu-gdr/bin && mkdir -p .gpu-gdr/bin
-python3 - "$json" <<'PY' | while read -r exe; do cp "$exe" .gpu-gdr/bin/; done
+cu="${DELTAKIT_CUDA_HOME:-.toolchain/cuda}"
+py="${DELTAKIT_PYTHON:-.toolchain/venv/bin/python}"
+mkdir -p .gpu-gdr
+if [ -z "${GDR_BUNDLE_SKIP_TESTS:-}" ]; then
+  json="$(mktemp)"
+  trap 'rm -f "$json"' EXIT
+  tests=(gdr_decode gdr_chunk_prefill conv1d_prefill conv1d_update norm_rms ${GDR_BUNDLE_EXTRA_TESTS:-})
+  args=()
+  for t in "${tests[@]}"; do args+=(--test "$t"); done
+  cargo test --release --features cuda "${args[@]}" --no-run --message-format=json-render-diagnostics >"$json"
+  rm -rf .gpu-gdr/bin && mkdir -p .gpu-gdr/bin
+  python3 - "$json" <<'PY' | while read -r exe; do cp "$exe" .gpu-gdr/bin/; done
 import json, sys
 for line in open(sys.argv[1]):
     try:
@@ -23,11 +33,49 @@ for line in open(sys.argv[1]):
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])
 PY
-strip .gpu-gdr/bin/* || true
-tar -cJf .gpu-gdr/bin.tar.xz -C .gpu-gdr/bin .
-rm -rf .gpu-gdr/bin
-cu="${DELTAKIT_CUDA_HOME:-.toolchain/cuda}"
+  strip .gpu-gdr/bin/* || true
+  tar -cf - -C .gpu-gdr/bin . | xz -9 -T1 >.gpu-gdr/bin.tar.xz
+  rm -rf .gpu-gdr/bin
+fi
+rm -f .gpu-gdr/libdk_gdr_decode.so
+if [ -n "${GDR_BUNDLE_DECODE:-}" ]; then  # the decode rows of the harness (not needed for prefill / streaming)
+  "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
+    -L"$cu/lib" -o .gpu-gdr/libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
+fi
+
+# AOT launchers of the K = V = 128 chunk-prefill entries + variants (aot.py, the library's compiler). The
+# cubin cache of the library build is reused when present (same keys: entry, arch, Triton version, source).
+gen=.gpu-gdr/aot
+rm -rf "$gen" && mkdir -p "$gen/cache"
+for c in target/release/build/deltakit-*/out/triton/cache; do [ -d "$c" ] && cp -n "$c"/* "$gen/cache/" 2>/dev/null || true; done
+"$py" - "$gen/lib_manifest.toml" <<'PY'
+import sys, tomllib
+ents = tomllib.loads(open("triton_aot/manifest.toml").read())["kernel"]
+keep = [e for e in ents if e["name"].startswith("gdr_chunk_") and
+        ("_k" not in e["name"] or "k128v128" in e["name"] or e["name"].endswith("kkt_k128"))]
+def val(v):
+    if isinstance(v, str):
+        return '"' + v + '"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(val(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
+    raise SystemExit(f"unsupported manifest value {v!r}")
+with open(sys.argv[1], "w") as f:
+    for e in keep:
+        f.write("[[kernel]]\n" + "".join(f"{k} = {val(v)}\n" for k, v in e.items()) + "\n")
+print(f"{len(keep)} library entries: {' '.join(e['name'] for e in keep)}")
+PY
+"$py" triton_aot/aot.py --out "$gen" --archs 90a --manifest "$gen/lib_manifest.toml" \
+  --manifest tools/tune/gdr_prefill_variants.toml | sed 's/^/  /'
 "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
-  -L"$cu/lib" -o .gpu-gdr/libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
-strip .gpu-gdr/libdk_gdr_decode.so || true
+  -Itriton_aot/runtime -I"$gen" -I"$cu/include" -L"$cu/lib" -o .gpu-gdr/libdk_gdr_bench.so \
+  "$gen"/dk_triton_*.c triton_aot/runtime/dk_triton_runtime.c tools/tune/conv1d_tune_lib.cu \
+  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu csrc/norm/rms_gated.cu csrc/common/status.cu -lpthread
+rm -rf "$gen"
+strip .gpu-gdr/*.so || true
 du -sh .gpu-gdr/*

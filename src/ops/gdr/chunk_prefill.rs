@@ -9,9 +9,10 @@
 //! unit-lower-triangular inverse `Tm = (I + A)^-1`; `W`, `U`), the sequential state pass (one
 //! program per sequence, value head and 32 value columns) and the output pass. Head dims below
 //! the tuned 64 (`K` in {16, 32}, `V` in {16, 32}) run the tuned tile shapes with the padding
-//! rows / columns masked (loaded as 0, never stored). Opt-in (`DELTAKIT_GDR_PREFILL=wsplit`,
-//! [`wsplit_selected`]), `K = V = 128` only: W stored as bf16 hi / lo planes between the W/U and
-//! state passes (same bytes and products; not yet through the GPU tests as AOT entries).
+//! rows / columns masked (loaded as 0, never stored). `K = V = 128` has pipeline variants
+//! ([`pipeline_selected`], `DELTAKIT_GDR_PREFILL`): by default W is stored as bf16 hi / lo
+//! planes between the W/U and state passes and the W/U pass is split over grid z (W and U in
+//! separate programs); `f32w` runs the round-1 entries (same products throughout).
 //! All scratch lives in the caller's workspace
 //! ([`workspace_bytes`]): the call allocates nothing and is CUDA-graph safe.
 
@@ -258,26 +259,67 @@ type OutFn = unsafe extern "C" fn(
     f32,
 ) -> ffi::dk_status;
 
-/// The W-split entries of `(K, V) = (128, 128)`: W/U with W stored as bf16 hi / lo planes, and the
-/// state pass reading them at `BV = 32` / `BV = 16`.
+/// The `(K, V) = (128, 128)` pipeline variants (issue 15 round 2): the W/U pass storing W as
+/// bf16 hi / lo planes (`wu`), the same split over grid z (`wu_splitz`: W and U in separate
+/// programs; and `wu_f32_splitz`, f32 W), and the state pass reading the planes at `BV = 32` /
+/// `BV = 16`.
 #[derive(Clone, Copy)]
 struct WsplitKernels {
     wu: WuFn,
+    wu_splitz: WuFn,
+    wu_f32_splitz: WuFn,
     state_bv32: StateFn,
     state_bv16: StateFn,
 }
 
-/// Whether [`chunk_prefill`] takes the W-split path for `K = V = 128`, from `DELTAKIT_GDR_PREFILL`
-/// (read once per process): `wsplit` selects it (the W/U pass stores W as bf16 hi / lo planes and
-/// the state pass reads them: the same products as the f32-W path; state pass 562 vs 584 us at
-/// 27B TP1 in H200 JIT runs); anything else (or unset) runs the default pipeline. Opt-in until
-/// its AOT entries pass the GPU tests.
+/// Which `K = V = 128` pipeline [`chunk_prefill`] runs ([`pipeline_selected`]); every other head
+/// dim pair always runs [`PrefillPipeline::F32W`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillPipeline {
+    /// Round 1: f32 W and U between the W/U and state passes, one W/U program per (chunk, head)
+    /// (`DELTAKIT_GDR_PREFILL=f32w`; what every other head-dim pair runs).
+    F32W,
+    /// W as bf16 hi / lo planes (same bytes, same three bf16 products in the state pass).
+    Wsplit,
+    /// f32 W, the W/U pass split over grid z (W and U in separate programs).
+    Splitz,
+    /// W planes and the W/U pass split over grid z (the default).
+    WsplitSplitz,
+}
+
+/// The `K = V = 128` pipeline [`chunk_prefill`] runs, from `DELTAKIT_GDR_PREFILL` (read once per
+/// process): `f32w`, `wsplit`, `splitz`, `wsplit_splitz` select [`PrefillPipeline`]'s variants;
+/// unset or anything else runs the default ([`PrefillPipeline::WsplitSplitz`]). All variants
+/// compute the same products (bit-identical outputs and states on an H200, 2026-12-01); they
+/// differ in launches and bytes. H200, AOT cubins, 27B TP1 1 x 8192: f32w 1.480 ms, wsplit 1.415,
+/// splitz 1.370, wsplit_splitz 1.306 (TP2 0.879 / 0.855 / 0.823 / 0.804 ms).
+#[must_use]
+pub fn pipeline_selected() -> PrefillPipeline {
+    static CHOICE: std::sync::OnceLock<PrefillPipeline> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        match std::env::var("DELTAKIT_GDR_PREFILL")
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "f32w" => PrefillPipeline::F32W,
+            "wsplit" => PrefillPipeline::Wsplit,
+            "splitz" => PrefillPipeline::Splitz,
+            "wsplit_splitz" => PrefillPipeline::WsplitSplitz,
+            _ => DEFAULT_PIPELINE,
+        }
+    })
+}
+
+/// The pipeline of [`pipeline_selected`] when `DELTAKIT_GDR_PREFILL` selects none: the fastest at
+/// every measured shape (27B TP1 / TP2 1 x 8192, 9B 8 x 8192; H200, 2026-12-01).
+const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
+
+/// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
+/// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`] or [`PrefillPipeline::WsplitSplitz`]).
 #[must_use]
 pub fn wsplit_selected() -> bool {
-    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| {
-        std::env::var("DELTAKIT_GDR_PREFILL").is_ok_and(|v| v.eq_ignore_ascii_case("wsplit"))
-    })
+    matches!(pipeline_selected(), PrefillPipeline::Wsplit | PrefillPipeline::WsplitSplitz)
 }
 
 struct Kernels {
@@ -306,6 +348,8 @@ fn kernels(k: usize, v: usize) -> Option<Kernels> {
     };
     let wsplit = ((k, v) == (128, 128)).then_some(WsplitKernels {
         wu: ffi::dk_triton_gdr_chunk_wu_k128v128_ws,
+        wu_splitz: ffi::dk_triton_gdr_chunk_wu_k128v128_ws_splitz,
+        wu_f32_splitz: ffi::dk_triton_gdr_chunk_wu_k128v128_splitz,
         state_bv32: ffi::dk_triton_gdr_chunk_state_k128v128_ws_bv32,
         state_bv16: ffi::dk_triton_gdr_chunk_state_k128v128_ws_bv16,
     });
@@ -644,21 +688,29 @@ pub fn chunk_prefill(
                 s, grid_nt, h_v as u32, 1, tm, cup, slp, coff, cseq, t64, ns64, hv32,
             ),
         )?;
-        // W-split path (K = V = 128, opt-in): the w region holds bf16 [T, H_v, 2, K] (same bytes).
-        let (wu, state_fn, state_bv) = match kern.wsplit {
-            Some(ws) if wsplit_selected() => {
-                if n.saturating_mul(h_v) <= STATE_NARROW_MAX_ROWS {
-                    (ws.wu, ws.state_bv16, STATE_BV_NARROW)
+        // K = V = 128 pipelines (pipeline_selected): W planes (the w region holds bf16
+        // [T, H_v, 2, K], same bytes) and / or the W/U pass over grid z (z = 0: W, z = 1: U).
+        let narrow = n.saturating_mul(h_v) <= STATE_NARROW_MAX_ROWS;
+        let (wu, wu_z, state_fn, state_bv) = match (kern.wsplit, pipeline_selected()) {
+            (Some(ws), PrefillPipeline::Wsplit | PrefillPipeline::WsplitSplitz) => {
+                let (wu, z) = if pipeline_selected() == PrefillPipeline::WsplitSplitz {
+                    (ws.wu_splitz, 2)
                 } else {
-                    (ws.wu, ws.state_bv32, STATE_BV)
+                    (ws.wu, 1)
+                };
+                if narrow {
+                    (wu, z, ws.state_bv16, STATE_BV_NARROW)
+                } else {
+                    (wu, z, ws.state_bv32, STATE_BV)
                 }
             }
-            _ => (kern.wu, kern.state, STATE_BV),
+            (Some(ws), PrefillPipeline::Splitz) => (ws.wu_f32_splitz, 2, kern.state, STATE_BV),
+            _ => (kern.wu, 1, kern.state, STATE_BV),
         };
         check(
             OP,
             wu(
-                s, grid_nt, h_v as u32, 1, kp, vp, betaw, gcum, tm, w, u, cup, slp, coff, cseq,
+                s, grid_nt, h_v as u32, wu_z, kp, vp, betaw, gcum, tm, w, u, cup, slp, coff, cseq,
                 t64, ns64, hk32, hv32, ks64, vs64, l2,
             ),
         )?;
