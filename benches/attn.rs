@@ -8,11 +8,13 @@
 //! new tokens over 30k of context, on the sm_90a kernel and, at 24/4, the Triton kernel; decode
 //! 24/4 and 12/2 at contexts 4k and 32k, rows 1, 16, 64), printing one JSON line per shape
 //! (`{"group","id","kernel","us","work","unit"}`) for `tools/bench_attn_anchors.py`;
-//! `DELTAKIT_BENCH_FILTER=<substring>` keeps the prefill shapes whose id contains it (and no decode).
+//! `DELTAKIT_BENCH_FILTER=<substring>` keeps the prefill shapes whose id contains it (and no decode);
+//! `DELTAKIT_BENCH_PART=prefill|decode` runs one half; the decode half times each sm_90 tile variant
+//! and the Triton kernel at several split counts (`DELTAKIT_BENCH_DECODE_FILTER` keeps some shapes).
 #![allow(missing_docs)] // criterion_group! generates undocumented public items
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use deltakit::cudarc::driver::{CudaSlice, CudaStream};
-use deltakit::ops::attn::{self, AttnDims, PagedKv, PrefillKernel, SeqBatch};
+use deltakit::ops::attn::{self, AttnDims, DecodeKernel, PagedKv, PrefillKernel, SeqBatch};
 use half::bf16;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -182,8 +184,9 @@ fn quick() {
     let fc = 2.0 * 2.0 * 24.0 * 2048.0 * (30_720.0 + 1024.5) * 256.0;
     cases.push(("27b_tp1/chunk2048_ctx30720".into(), 24, 4, 1, 2048, 30_720, fc));
     let filter = std::env::var("DELTAKIT_BENCH_FILTER").unwrap_or_default();
+    let part = std::env::var("DELTAKIT_BENCH_PART").unwrap_or_default();
     for (id, hq, hkv, n, len, ctxl, flops) in &cases {
-        if !id.contains(&filter) {
+        if !id.contains(&filter) || part == "decode" {
             continue;
         }
         let dims = AttnDims { n_q_heads: *hq, n_kv_heads: *hkv, head_dim: 256 };
@@ -227,25 +230,60 @@ fn quick() {
             emit("attn_prefill", id, kname, secs, *flops, "TFLOP/s");
         }
     }
-    if !filter.is_empty() {
+    if !filter.is_empty() || part == "prefill" {
         return;
     }
+    // As the engine: no per-buffer event tracking (graph capture and no host events per call).
+    // SAFETY: one stream uses every buffer of the decode sweep.
+    unsafe { ctx.disable_event_tracking() };
+    quick_decode(&s);
+}
+
+/// Mean time per call of `f` from a CUDA graph of 10 calls replayed for ~30 ms (what the engine
+/// does per decode step: no host work in the timing); `None` if the capture failed.
+fn graph_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> Option<f64> {
+    use deltakit::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    f(); // warm up (module loads, function attributes) outside the capture
+    s.synchronize().ok()?;
+    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).ok()?;
+    for _ in 0..10 {
+        f();
+    }
+    let g = s.end_capture(CUgraphInstantiate_flags(0)).ok()??;
+    let once = time(s, 1, || g.launch().unwrap()).as_secs_f64();
+    let iters = ((0.03 / once.max(1e-6)) as u64).clamp(3, 200);
+    Some(time(s, iters, || g.launch().unwrap()).as_secs_f64() / (iters * 10) as f64)
+}
+
+/// The decode sweep of `quick`: 27B TP1 (24/4) and TP2 (12/2), hd 256, contexts 4k and 32k, rows
+/// 1 / 16 / 64; every sm_90 tile variant and the Triton kernel at the `decode_splits` count and
+/// around it, timed by CUDA-graph replay (kernel names `<kernel>_s<splits>`); the sm_90 default and
+/// Triton at the heuristic split also timed eagerly (`_eager`: host launch overhead included).
+/// `DELTAKIT_BENCH_DECODE_FILTER=<substring>` keeps the shapes whose id contains it.
+#[allow(clippy::too_many_lines)] // one sweep
+fn quick_decode(s: &Arc<CudaStream>) {
+    let filter = std::env::var("DELTAKIT_BENCH_DECODE_FILTER").unwrap_or_default();
     for (name, hq, hkv) in [("27b_tp1", 24usize, 4usize), ("27b_tp2", 12, 2)] {
         let dims = AttnDims { n_q_heads: hq, n_kv_heads: hkv, head_dim: 256 };
         for ctxlen in [4096usize, 32_768] {
             for rows in [1usize, 16, 64] {
+                let id = format!("{name}_ctx{ctxlen}/{rows}");
+                if !id.contains(&filter) {
+                    continue;
+                }
                 let per = ctxlen.div_ceil(PAGE);
                 let kv = PagedKv { page_size: PAGE, num_pages: rows * per, max_pages: per };
                 let table: Vec<i32> = (0..(rows * per) as i32).collect();
                 let lens = vec![ctxlen as i32; rows];
                 let (dlens, dtab) = (s.clone_htod(&lens).unwrap(), s.clone_htod(&table).unwrap());
-                let q = filled(&s, rows * hq * 256, 4);
-                let kc = filled(&s, rows * per * PAGE * hkv * 256, 5);
-                let vc = filled(&s, rows * per * PAGE * hkv * 256, 6);
-                // The split heuristic, then a sweep around it (which split count reads fastest).
+                let q = filled(s, rows * hq * 256, 4);
+                let kc = filled(s, rows * per * PAGE * hkv * 256, 5);
+                let vc = filled(s, rows * per * PAGE * hkv * 256, 6);
+                // The split heuristics, then a sweep around them (which split count reads fastest).
                 let s0 = attn::decode_splits(rows, dims, ctxlen);
+                let sl = attn::decode_splits_long_context(rows, dims, ctxlen);
                 let mut cands = vec![s0];
-                for m in [s0 / 2, 2 * s0, 4 * s0, 8 * s0] {
+                for m in [sl, s0 / 2, 2 * s0, 4 * s0] {
                     if (1..=ctxlen.div_ceil(64).min(1024)).contains(&m) && !cands.contains(&m) {
                         cands.push(m);
                     }
@@ -254,10 +292,22 @@ fn quick() {
                 let mut ws =
                     s.alloc_zeros::<f32>(attn::decode_workspace_len(rows, dims, most)).unwrap();
                 let mut out = s.alloc_zeros::<bf16>(rows * hq * 256).unwrap();
-                for (i, &splits) in cands.iter().enumerate() {
-                    let secs = quick_time(&s, || {
-                        attn::decode(
-                            &s,
+                let bytes = (2 * rows * ctxlen * hkv * 256 * 2) as f64;
+                // DELTAKIT_BENCH_DECODE_VARIANTS=<max>: sm90 variants 0..=max (device triage).
+                let max_var = std::env::var("DELTAKIT_BENCH_DECODE_VARIANTS")
+                    .ok()
+                    .and_then(|v| v.parse::<u8>().ok())
+                    .unwrap_or(7);
+                let mut kernels: Vec<(DecodeKernel, String)> = (0..=max_var)
+                    .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}")))
+                    .collect();
+                kernels.push((DecodeKernel::Triton, "triton".into()));
+                kernels.push((DecodeKernel::Auto, "sm90".into()));
+                for (kernel, kname) in &kernels {
+                    let mut call = |splits: usize| {
+                        attn::decode_with(
+                            *kernel,
+                            s,
                             &q,
                             &kc,
                             &vc,
@@ -271,21 +321,37 @@ fn quick() {
                             &mut out,
                         )
                         .unwrap();
-                    });
-                    let bytes = (2 * rows * ctxlen * hkv * 256 * 2) as f64;
-                    let kname = if i == 0 {
-                        format!("triton_s{splits}_heuristic")
-                    } else {
-                        format!("triton_s{splits}")
                     };
-                    emit(
-                        "attn_decode",
-                        &format!("{name}_ctx{ctxlen}/{rows}"),
-                        &kname,
-                        secs,
-                        bytes,
-                        "GB/s",
-                    );
+                    let sweep: &[usize] =
+                        if *kernel == DecodeKernel::Auto { &cands[..1] } else { &cands };
+                    for (i, &splits) in sweep.iter().enumerate() {
+                        let tag = match i {
+                            0 => "_heuristic",
+                            _ if splits == sl => "_long",
+                            _ => "",
+                        };
+                        if let Some(secs) = graph_time(s, || call(splits)) {
+                            emit(
+                                "attn_decode",
+                                &id,
+                                &format!("{kname}_s{splits}{tag}"),
+                                secs,
+                                bytes,
+                                "GB/s",
+                            );
+                        }
+                        if i == 0 && matches!(kernel, DecodeKernel::Auto | DecodeKernel::Triton) {
+                            let secs = quick_time(s, || call(splits));
+                            emit(
+                                "attn_decode",
+                                &id,
+                                &format!("{kname}_s{splits}{tag}_eager"),
+                                secs,
+                                bytes,
+                                "GB/s",
+                            );
+                        }
+                    }
                 }
             }
         }

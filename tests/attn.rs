@@ -4,7 +4,7 @@
 mod common;
 
 use deltakit::cudarc::driver::{CudaSlice, CudaStream};
-use deltakit::ops::attn::{self, AttnDims, PagedKv, PrefillKernel, Rope, SeqBatch};
+use deltakit::ops::attn::{self, AttnDims, DecodeKernel, PagedKv, PrefillKernel, Rope, SeqBatch};
 use deltakit::testing::{gpu_or_skip, rel_err};
 use deltakit_ref::attn as r;
 use half::bf16;
@@ -376,6 +376,10 @@ fn check_prefill_case(
     if hd == 256 {
         kernels.extend((0..=8).map(PrefillKernel::Sm90Variant));
     }
+    // DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=1: the default kernel alone (the sanitizer runs).
+    if std::env::var("DELTAKIT_TEST_PREFILL_DEFAULT_ONLY").is_ok_and(|v| v == "1") {
+        kernels = vec![PrefillKernel::Auto];
+    }
     for kernel in kernels {
         if skip_pp && matches!(kernel, PrefillKernel::Sm90PingPong | PrefillKernel::Sm90Variant(_))
         {
@@ -587,6 +591,265 @@ fn decode_matches_reference_and_last_prefill_row_including_32k_split_k() {
     eprintln!("INVARIANT attn.decode vs ref max_rel_err={worst:.2e}");
 }
 
+/// The reference for decode rows, one row per task on all CPU cores: `decode_paged` for one new
+/// token per row, `prefill_paged` of the row's `t_new` tokens over `seq_len - t_new` cached ones
+/// otherwise (the multi-token contract). Padding rows stay zero.
+fn ref_decode_par(
+    b: &Batch,
+    q: &[bf16],
+    kc: &[bf16],
+    vc: &[bf16],
+    lens: &[i32],
+    dims: AttnDims,
+    t_new: usize,
+) -> Vec<f32> {
+    let (hq, hd) = (dims.n_q_heads, dims.head_dim);
+    let per_row = t_new * hq * hd;
+    let rd = r::AttnDims { n_q_heads: hq, n_kv_heads: dims.n_kv_heads, head_dim: hd };
+    let mp = b.kv.max_pages;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(4, std::num::NonZero::get);
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&l) = lens.get(i) else { break };
+                if l < 0 {
+                    continue;
+                }
+                let qs = &q[i * per_row..(i + 1) * per_row];
+                let pages = r::PageTable { table: &b.table[i * mp..(i + 1) * mp], max_pages: mp };
+                let mut o = vec![bf16::ZERO; per_row];
+                if t_new == 1 {
+                    r::decode_paged(qs, kc, vc, &[l], pages, b.kv.page_size, rd, None, &mut o)
+                        .unwrap();
+                } else {
+                    let cu = [0, t_new as i32];
+                    let ctx = [l - t_new as i32];
+                    r::prefill_paged(
+                        qs,
+                        kc,
+                        vc,
+                        &cu,
+                        &ctx,
+                        pages,
+                        b.kv.page_size,
+                        rd,
+                        None,
+                        &mut o,
+                    )
+                    .unwrap();
+                }
+                results.lock().unwrap().push((i, o));
+            });
+        }
+    });
+    let mut out = vec![0f32; lens.len() * per_row];
+    for (i, o) in results.into_inner().unwrap() {
+        for (d, x) in out[i * per_row..(i + 1) * per_row].iter_mut().zip(&o) {
+            *d = x.to_f32();
+        }
+    }
+    out
+}
+
+/// Runs every decode kernel (the sm_90 default and tile variants 0-3, and Triton for one new
+/// token per row) at several split counts on one random case (rows of context `lens`, -1 =
+/// padding) and checks each against the reference: NaN-poisoned outputs and workspace, relative
+/// error <= 1e-2 overall and <= 5e-2 per hd-row, padding rows exactly zero.
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+fn check_decode_case(
+    s: &Arc<CudaStream>,
+    rng: &mut StdRng,
+    seed: u64,
+    lens: &[i32],
+    page_size: usize,
+    dims: AttnDims,
+    t_new: usize,
+    extra_splits: &[usize],
+) -> f64 {
+    let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
+    let seqs: Vec<(usize, i32)> =
+        lens.iter().map(|&l| (t_new, if l < 0 { -1 } else { l - t_new as i32 })).collect();
+    let b = make_batch(rng, &seqs, page_size, 2);
+    let n = lens.len();
+    let tokens = n * t_new;
+    // q x 4 (exact in bf16): a peaked softmax, so a wrong position or split merge shows.
+    let q =
+        bf(&common::randn_f32(rng, tokens * hq * hd).iter().map(|x| x * 4.0).collect::<Vec<_>>());
+    let cl = b.kv.num_pages * page_size * hkv * hd;
+    let kc = bf(&common::randn_f32(rng, cl));
+    let vc = bf(&common::randn_f32(rng, cl));
+    let expect = ref_decode_par(&b, &q, &kc, &vc, lens, dims, t_new);
+    let (dq, dkc, dvc) =
+        (s.clone_htod(&q).unwrap(), s.clone_htod(&kc).unwrap(), s.clone_htod(&vc).unwrap());
+    let dlens = s.clone_htod(lens).unwrap();
+    let dtab = s.clone_htod(&b.table).unwrap();
+    let max_ctx = lens.iter().copied().max().unwrap().max(1) as usize;
+    let mut splits = vec![
+        1usize,
+        3,
+        attn::decode_splits(n, dims, max_ctx),
+        attn::decode_splits_long_context(n, dims, max_ctx),
+    ];
+    splits.extend_from_slice(extra_splits);
+    splits.dedup();
+    let mut kernels = vec![DecodeKernel::Auto];
+    // DELTAKIT_TEST_DECODE_VARIANTS=<max>: sm90 variants 0..=max only (device-run triage).
+    let max_var = std::env::var("DELTAKIT_TEST_DECODE_VARIANTS")
+        .ok()
+        .and_then(|v| v.parse::<u8>().ok())
+        .unwrap_or(7);
+    kernels.extend((0..=max_var).map(DecodeKernel::Sm90Variant));
+    if t_new == 1 {
+        kernels.push(DecodeKernel::Triton);
+    }
+    let mut worst = 0f64;
+    for &sp in &splits {
+        let wl = attn::decode_workspace_len(tokens, dims, sp);
+        let mut ws = s.clone_htod(&vec![f32::NAN; wl]).unwrap();
+        for &kernel in &kernels {
+            if hd == 64 && matches!(kernel, DecodeKernel::Sm90Variant(v) if v > 0) {
+                continue; // one configuration at hd 64
+            }
+            let mut out = s.clone_htod(&vec![bf16::NAN; tokens * hq * hd]).unwrap();
+            if t_new == 1 {
+                attn::decode_with(
+                    kernel,
+                    s,
+                    &dq,
+                    &dkc,
+                    &dvc,
+                    dims,
+                    b.kv,
+                    (&dlens, lens),
+                    (&dtab, &b.table),
+                    None,
+                    sp,
+                    &mut ws,
+                    &mut out,
+                )
+                .unwrap();
+            } else {
+                if kernel == DecodeKernel::Triton {
+                    continue; // no portable multi-token kernel
+                }
+                attn::decode_multi_token_with(
+                    kernel,
+                    s,
+                    &dq,
+                    &dkc,
+                    &dvc,
+                    dims,
+                    b.kv,
+                    (&dlens, lens),
+                    (&dtab, &b.table),
+                    t_new,
+                    None,
+                    sp,
+                    &mut ws,
+                    &mut out,
+                )
+                .unwrap();
+            }
+            let got = f(&s.clone_dtoh(&out).unwrap());
+            let err = rel_err(&got, &expect);
+            let row = worst_row_err(&got, &expect, hd);
+            worst = worst.max(err);
+            assert!(
+                err <= 1e-2 && row <= 5e-2,
+                "{kernel:?} hd={hd} {hq}/{hkv} T={t_new} lens={lens:?} ps={page_size} \
+                 splits={sp} seed={seed}: rel err {err}, worst row {row}"
+            );
+            for (i, &l) in lens.iter().enumerate() {
+                if l < 0 {
+                    let w = t_new * hq * hd;
+                    assert!(
+                        got[i * w..(i + 1) * w].iter().all(|&x| x == 0.0),
+                        "{kernel:?} splits={sp}: padding row {i} not zero"
+                    );
+                }
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn decode_kernels_match_reference_for_every_group_context_and_page_size() {
+    let Some(ctx) = gpu_or_skip("decode_kernels_match_reference_for_every_group_context") else {
+        return;
+    };
+    let s = ctx.new_stream().unwrap();
+    let mut worst = 0f64;
+    for g in 1usize..=16 {
+        let (mut rng, seed) = common::rng(700 + g as u64);
+        let hd = if g % 2 == 0 { 256 } else { 128 };
+        let hkv = if g <= 8 { 2 } else { 1 };
+        let page_size = [1usize, 16, 64][g % 3];
+        // Contexts 1, 17, 4096 and a padding row everywhere; 32768 in every other case; 131072
+        // at the 27B group (6) and the largest (16).
+        let mut lens = vec![1i32, 17, 4096, -1];
+        if g % 2 == 1 {
+            lens.push(32_768);
+        }
+        if g == 6 || g == 16 {
+            lens.push(131_072);
+        }
+        lens.shuffle(&mut rng);
+        let dims = AttnDims { n_q_heads: g * hkv, n_kv_heads: hkv, head_dim: hd };
+        let err = check_decode_case(&s, &mut rng, seed, &lens, page_size, dims, 1, &[200]);
+        worst = worst.max(err);
+    }
+    eprintln!("INVARIANT attn.decode (sm90 + triton) group/context sweep max_rel_err={worst:.2e}");
+}
+
+#[test]
+fn decode_multi_token_rows_match_prefill_reference() {
+    let Some(ctx) = gpu_or_skip("decode_multi_token_rows_match_prefill_reference") else {
+        return;
+    };
+    let s = ctx.new_stream().unwrap();
+    let mut worst = 0f64;
+    // (group, hkv, hd, T, page size): G * T <= 16.
+    for (case, &(g, hkv, hd, t, ps)) in [
+        (6usize, 4usize, 256usize, 2usize, 16usize),
+        (4, 2, 256, 4, 1),
+        (1, 2, 128, 16, 64),
+        (3, 2, 128, 5, 16),
+        (8, 1, 64, 2, 16),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (mut rng, seed) = common::rng(800 + case as u64);
+        let mut lens = vec![t as i32, t as i32 + 1, 17, 4096, -1, 33_000];
+        lens.shuffle(&mut rng);
+        let dims = AttnDims { n_q_heads: g * hkv, n_kv_heads: hkv, head_dim: hd };
+        worst = worst.max(check_decode_case(&s, &mut rng, seed, &lens, ps, dims, t, &[]));
+    }
+    eprintln!("INVARIANT attn.decode multi-token max_rel_err={worst:.2e}");
+}
+
+/// Small decode cases for the compute-sanitizer runs: hd 256 / 128 / 64, page sizes 1 / 16 / 64,
+/// a padding row, several splits (empty ones included), one and several new tokens per row.
+#[test]
+fn decode_kernels_small_cases_for_sanitizer() {
+    let Some(ctx) = gpu_or_skip("decode_kernels_small_cases_for_sanitizer") else { return };
+    let s = ctx.new_stream().unwrap();
+    let cases: [(&[i32], usize, AttnDims, usize); 4] = [
+        (&[1, 17, 300, -1], 16, AttnDims { n_q_heads: 6, n_kv_heads: 1, head_dim: 256 }, 1),
+        (&[130, -1, 5], 1, AttnDims { n_q_heads: 16, n_kv_heads: 1, head_dim: 128 }, 1),
+        (&[70, 3], 64, AttnDims { n_q_heads: 8, n_kv_heads: 2, head_dim: 64 }, 1),
+        (&[3, 200, -1], 16, AttnDims { n_q_heads: 8, n_kv_heads: 2, head_dim: 256 }, 3),
+    ];
+    for (i, (lens, ps, dims, t)) in cases.iter().enumerate() {
+        let (mut rng, seed) = common::rng(900 + i as u64);
+        check_decode_case(&s, &mut rng, seed, lens, *ps, *dims, *t, &[]);
+    }
+}
+
 #[test]
 fn attention_rejects_bad_metadata() {
     let Some(ctx) = gpu_or_skip("attention_rejects_bad_metadata") else { return };
@@ -643,6 +906,101 @@ fn attention_rejects_bad_metadata() {
     .unwrap_err();
     assert!(matches!(e, deltakit::Error::Shape { arg: "kernel", .. }), "{e}");
     assert!(s.clone_dtoh(&out).unwrap().iter().all(|x| x.is_nan()), "written on error");
+}
+
+#[test]
+fn decode_rejects_bad_arguments() {
+    let Some(ctx) = gpu_or_skip("decode_rejects_bad_arguments") else { return };
+    let s = ctx.new_stream().unwrap();
+    let (mut rng, _) = common::rng(310);
+    let lens = vec![5i32, 3];
+    let b = make_batch(&mut rng, &[(2, 3), (2, 1)], 4, 0);
+    let dims = AttnDims { n_q_heads: 4, n_kv_heads: 2, head_dim: 128 };
+    let q = s.clone_htod(&vec![bf16::ONE; 4 * 4 * 128]).unwrap();
+    let cl = b.kv.num_pages * 4 * 2 * 128;
+    let kc = s.clone_htod(&vec![bf16::ONE; cl]).unwrap();
+    let dl = s.clone_htod(&lens).unwrap();
+    let dt = s.clone_htod(&b.table).unwrap();
+    let mut ws = s.alloc_zeros::<f32>(attn::decode_workspace_len(4, dims, 2)).unwrap();
+    let mut out = s.clone_htod(&vec![bf16::NAN; 4 * 4 * 128]).unwrap();
+    let mut out1 = s.clone_htod(&vec![bf16::NAN; 2 * 4 * 128]).unwrap();
+    let q1 = s.clone_htod(&vec![bf16::ONE; 2 * 4 * 128]).unwrap();
+    // A tile variant the sm90 decode kernel does not have.
+    let e = attn::decode_with(
+        DecodeKernel::Sm90Variant(8),
+        &s,
+        &q1,
+        &kc,
+        &kc,
+        dims,
+        b.kv,
+        (&dl, &lens),
+        (&dt, &b.table),
+        None,
+        2,
+        &mut ws,
+        &mut out1,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "kernel", .. }), "{e}");
+    // G * T > 16 (group 2 x 9 tokens).
+    let e = attn::decode_multi_token(
+        &s,
+        &q,
+        &kc,
+        &kc,
+        dims,
+        b.kv,
+        (&dl, &lens),
+        (&dt, &b.table),
+        9,
+        None,
+        2,
+        &mut ws,
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "tokens_per_row", .. }), "{e}");
+    // A row shorter than its new tokens.
+    let short = vec![5i32, 1];
+    let e = attn::decode_multi_token(
+        &s,
+        &q,
+        &kc,
+        &kc,
+        dims,
+        b.kv,
+        (&dl, &short),
+        (&dt, &b.table),
+        2,
+        None,
+        2,
+        &mut ws,
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Shape { arg: "seq_lens", .. }), "{e}");
+    // No portable multi-token kernel.
+    let e = attn::decode_multi_token_with(
+        DecodeKernel::Triton,
+        &s,
+        &q,
+        &kc,
+        &kc,
+        dims,
+        b.kv,
+        (&dl, &lens),
+        (&dt, &b.table),
+        2,
+        None,
+        2,
+        &mut ws,
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(matches!(e, deltakit::Error::Unsupported { .. }), "{e}");
+    assert!(s.clone_dtoh(&out).unwrap().iter().all(|x| x.is_nan()), "written on error");
+    assert!(s.clone_dtoh(&out1).unwrap().iter().all(|x| x.is_nan()), "written on error");
 }
 
 #[test]

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# One device call for issue 14 (attn.prefill sm_90a kernel): GPU tests of tests/attn.rs, the
-# compute-sanitizer memcheck + racecheck runs on the small prefill cases, the quick bench sweep
+# One device call for issue 14 (attn.prefill sm_90a kernel, attn.decode sm_90 kernel): GPU tests
+# of tests/attn.rs, the compute-sanitizer memcheck + racecheck runs on the small prefill cases
+# (default kernel) and the small decode cases (every decode kernel), the quick bench sweep
 # (benches/attn.rs, DELTAKIT_BENCH_QUICK=1) with torch SDPA anchors in the same run
-# (tools/bench_attn_anchors.py), and ncu --set full of the sm_90a kernel at one shape.
+# (tools/bench_attn_anchors.py), ncu --set full of the sm_90a prefill kernel at one shape (step
+# ncu) and of the sm_90 decode kernel at 27B TP1, 32k context, 16 rows (step ncudec).
 #
 # Binaries come from .attn-kit/ (git-ignored; built here by tools/attn_device_run.sh --pack):
 #   tools/attn_device_run.sh --pack      # on the build host: cargo build + copy + strip
-#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tests sanitize bench ncu (all)
+#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tests sanitize bench ncu ncudec
+#                                        # ncuq (default: tests sanitize bench ncu)
+# DELTAKIT_BENCH_PART=decode (or prefill) runs half of the bench sweep.
 # Order: tests, bench (+ SDPA anchors), sanitize, ncu. DELTAKIT_BENCH_FILTER=/ keeps every prefill
 # shape and skips the decode sweep (round 2: the sm90 tile-variant sweep).
 # Writes logs and tables to $OUT (<= 8 files) and prints a short summary last.
@@ -55,15 +59,24 @@ if [[ " $steps " == *" tests "* ]]; then
       tail -20 "$OUT/tests.log"; echo "the default schedule hangs too: stopping"; exit 1
     fi
   fi
+  # Decode triage: the small decode cases (every variant) take ~1 s; if they hang, leave the
+  # bulk-copy variants (4-7) out of the tests and the bench.
+  timeout 25 "$kit/attn_test" decode_kernels_small_cases_for_sanitizer >>"$OUT/tests.log" 2>&1
+  rc=$?
+  if [[ $rc -ne 0 ]]; then
+    export DELTAKIT_TEST_DECODE_VARIANTS=3 DELTAKIT_BENCH_DECODE_VARIANTS=3
+    timeout 25 "$kit/attn_test" decode_kernels_small_cases_for_sanitizer >>"$OUT/tests.log" 2>&1
+    summary+=("small decode cases failed (rc=$rc) with variants 0-7; 0-3 only: rc=$?")
+  fi
   t0=$(date +%s)
-  timeout 150 "$kit/attn_test" --test-threads 2 >>"$OUT/tests.log" 2>&1
+  timeout "${TEST_TIMEOUT:-150}" "$kit/attn_test" --test-threads 2 >>"$OUT/tests.log" 2>&1
   rc=$?
   grep -E "^test |INVARIANT|panicked|test result" "$OUT/tests.log" | cut -c1-400
   summary+=("tests rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
 if [[ " $steps " == *" bench "* ]]; then
   t0=$(date +%s)
-  DELTAKIT_BENCH_QUICK=1 timeout 120 "$kit/attn_bench" >"$OUT/quick.jsonl" 2>"$OUT/bench.err"
+  DELTAKIT_BENCH_QUICK=1 timeout "${BENCH_TIMEOUT:-120}" "$kit/attn_bench" >"$OUT/quick.jsonl" 2>"$OUT/bench.err"
   rc=$?
   summary+=("bench rc=$rc ($(( $(date +%s) - t0 ))s)")
   t0=$(date +%s)
@@ -75,14 +88,30 @@ if [[ " $steps " == *" bench "* ]]; then
   printf '%s\n' "${summary[@]}"
 fi
 if [[ " $steps " == *" sanitize "* ]]; then
+  # Prefill: the default kernel (variant 7) alone; decode: every decode kernel and variant.
   for tool in memcheck racecheck; do
-    t0=$(date +%s)
-    timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$kit/attn_test" \
-      prefill_kernels_small_cases_for_sanitizer >"$OUT/san_$tool.log" 2>&1
-    rc=$?
-    tail -4 "$OUT/san_$tool.log"
-    summary+=("$tool rc=$rc ($(( $(date +%s) - t0 ))s)")
+    for t in decode_kernels_small_cases_for_sanitizer prefill_kernels_small_cases_for_sanitizer; do
+      t0=$(date +%s)
+      DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=1 timeout "${SAN_TIMEOUT:-90}" compute-sanitizer \
+        --tool "$tool" --error-exitcode 9 "$kit/attn_test" "$t" >>"$OUT/san_$tool.log" 2>&1
+      rc=$?
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$OUT/san_$tool.log" | tail -2
+      summary+=("$tool ${t%%_*} rc=$rc ($(( $(date +%s) - t0 ))s)")
+    done
   done
+fi
+if [[ " $steps " == *" ncudec "* ]]; then
+  t0=$(date +%s)
+  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_PART=decode DELTAKIT_BENCH_DECODE_FILTER=27b_tp1_ctx32768/16 \
+    timeout "${NCU_TIMEOUT:-90}" ncu --set full --clock-control none --kernel-name-base mangled \
+    -k "regex:${ATTN_NCU_DECODE:-attn_dec13decode_kernel}" -c "${ATTN_NCU_COUNT:-1}" -f \
+    -o "$OUT/ncu_decode_sm90" "$kit/attn_bench" \
+    >>"$OUT/bench.err" 2>&1
+  rc=$?
+  ncu --import "$OUT/ncu_decode_sm90.ncu-rep" --page details --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --section WarpStateStats 2>/dev/null | grep -E "decode_kernel|Duration|Throughput|Registers|Achieved Occupancy|Block Limit|DRAM|Mem Busy|Max Bandwidth|Stall|Warp Cycles" | cut -c1-150 | head -60
+  summary+=("ncudec rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
 if [[ " $steps " == *" ncu "* ]]; then
   t0=$(date +%s)

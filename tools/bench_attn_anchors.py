@@ -120,6 +120,33 @@ def main():
             continue
         tbs = r["work"] / r["us"] * 1e-6
         lines.append(f"| {r['id']} | {r['kernel']} | {r['us']:.1f} us | {tbs:.2f} TB/s | {tbs / COPY_TBS:.2f} |")
+    # Per decode shape (CUDA-graph replay times unless `_eager`): the sm90 default (Auto at the
+    # decode_splits count), the best sm90 variant/split, Triton at decode_splits, the best Triton
+    # split, and the eager (host launch included) times of the default and Triton.
+    dec = [r for r in rows if r["group"] == "attn_decode"]
+    if dec:
+        lines += ["", "| decode shape/rows | sm90 default (graph) | best sm90 (graph) | triton heuristic (graph) | best triton (graph) | best sm90 / best triton | sm90 eager | triton eager |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+        def cell(r):
+            if r is None:
+                return "-"
+            tbs = r["work"] / r["us"] * 1e-6
+            return f"{tbs:.2f} TB/s = {tbs / COPY_TBS:.2f} ({r['us']:.1f} us, {r['kernel']})"
+
+        for sid in dict.fromkeys(r["id"] for r in dec):
+            rs = [r for r in dec if r["id"] == sid]
+            graph = [r for r in rs if not r["kernel"].endswith("_eager")]
+            sm = [r for r in graph if r["kernel"].startswith("sm90")]
+            tr = [r for r in graph if r["kernel"].startswith("triton")]
+            d0 = next((r for r in sm if r["kernel"].startswith("sm90_s")), None)
+            t0 = next((r for r in tr if r["kernel"].endswith("_heuristic")), None)
+            bs = min(sm, key=lambda r: r["us"], default=None)
+            bt = min(tr, key=lambda r: r["us"], default=None)
+            se = next((r for r in rs if r["kernel"].startswith("sm90_") and r["kernel"].endswith("_eager")), None)
+            te = next((r for r in rs if r["kernel"].startswith("triton") and r["kernel"].endswith("_eager")), None)
+            ratio = f"{bt['us'] / bs['us']:.2f}" if (bs and bt) else "-"
+            lines.append(f"| {sid} | {cell(d0)} | {cell(bs)} | {cell(t0)} | {cell(bt)} | {ratio} | {cell(se)} | {cell(te)} |")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -1,5 +1,6 @@
 /* attn.* : gated full attention of Qwen3.5 (prep kernel in CUDA; prefill in CUDA for sm_90a with
- * the Triton AOT kernel as the portable path; decode in Triton AOT; the Triton kernels are
+ * the Triton AOT kernel as the portable path; decode in CUDA for sm_90 with the Triton AOT kernels
+ * as the portable path; the Triton kernels are
  * declared in the generated dk_triton.h). Included by deltakit.h. */
 #ifndef DELTAKIT_ATTN_H
 #define DELTAKIT_ATTN_H
@@ -97,5 +98,52 @@ typedef struct DkAttnPrefillSm90Params {
 
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
+
+/** attn.decode on sm_90 (CUDA C++, csrc/attn/decode_sm90.cu): split-K decode attention over the
+ * paged KV cache, mirroring the Triton attn_decode + attn_decode_merge kernels (HF
+ * Qwen3_5Attention's sdpa over the cache for the newest token(s)). Row i has n_new >= 1 new tokens
+ * (already written to the cache by attn.prep) at absolute positions seq_lens[i] - n_new + t; new
+ * token t attends to cache positions 0..=seq_lens[i] - n_new + t (n_new > 1: speculative
+ * verification, causal among the new tokens). f32 online softmax (exp2), bf16 P, f32 accumulation.
+ * Layouts: q, out bf16 [num_rows * n_new, HQ, HD] contiguous (token-major, the row's n_new tokens
+ * consecutive), 16-byte aligned; caches bf16 [num_pages, page_size, HKV, HD]; seq_lens i32
+ * [num_rows] (-1 = padding row: zero output); page_table i32 [num_rows, max_pages].
+ * (HQ / HKV) * n_new <= 16. HD in {64, 128, 256}. The context of row i is cut into num_splits
+ * ranges of whole tiles; num_splits == 1 writes out directly, else each (token, head, split) writes
+ * an f32 partial output to workspace [num_rows * n_new, HQ, num_splits, HD] followed by base-2
+ * log-sum-exps [num_rows * n_new, HQ, num_splits] (the Triton kernels' workspace layout), and a
+ * merge kernel on the same stream writes out. Page ids outside [0, num_pages) read as zeros (the
+ * safe wrapper rejects such tables first). Graph-safe: nothing depends on host copies of
+ * seq_lens. Returns DK_ERR_NO_KERNEL_IMAGE when the device is not compute capability 9.0 or the
+ * build has no sm_90 code (callers then use the portable Triton kernels), DK_ERR_UNSUPPORTED for
+ * another head dim. */
+typedef struct DkAttnDecodeSm90Params {
+  uint64_t q;
+  uint64_t k_cache;
+  uint64_t v_cache;
+  uint64_t out;
+  uint64_t seq_lens;
+  uint64_t page_table;
+  /** f32 workspace (16-byte aligned); may be 0 when num_splits == 1. */
+  uint64_t workspace;
+  int64_t num_rows;
+  int64_t n_new;
+  int64_t n_q_heads;
+  int64_t n_kv_heads;
+  int64_t head_dim;
+  int64_t page_size;
+  int64_t max_pages;
+  int64_t num_pages;
+  int64_t num_splits;
+  float scale;
+  /** Tile configuration (see decode_sm90.cu), 0..=7: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
+   * loads, each with its warps x shared-memory stages; -1 = automatic: variant 0 or 3 and a split
+   * count <= num_splits chosen from num_rows x n_kv_heads and the SM count (the workspace layout
+   * then uses that count). Ignored at head dim 64. Same results up to rounding. */
+  int32_t variant;
+} DkAttnDecodeSm90Params;
+
+/** attn.decode, sm_90 kernel (mma.sync, cp.async pipeline; see csrc/attn/decode_sm90.cu). */
+dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params *p, dk_stream_t stream);
 
 #endif

@@ -643,23 +643,73 @@ pub fn decode_splits_long_context(rows: usize, dims: AttnDims, max_ctx: usize) -
         .clamp(1, max_ctx.div_ceil(64).clamp(1, 128))
 }
 
-/// Paged decode attention, split-K ("flash decoding", Triton AOT `attn_decode_hd*` +
-/// `attn_decode_merge_hd*`): row `i`'s single query (absolute position `seq_lens[i] - 1`, its
-/// k/v already in the cache) attends to positions `0..seq_lens[i]`; all query heads of a kv head
-/// are processed together (group <= [`DECODE_MAX_GROUP`]); the context is cut into `num_splits`
-/// ranges whose partial results are merged by log-sum-exp. `seq_lens[i] == -1`: padding row,
-/// zero output. Equals the last row of [`prefill`] over the same context. CPU twin:
-/// `deltakit_ref::attn::decode_paged`.
+/// Which kernel [`decode`] runs, from `DELTAKIT_ATTN_DECODE` (read once per process): `triton`
+/// forces the portable Triton kernels; anything else (or unset) picks the sm_90 CUDA kernel on a
+/// device that runs it, else Triton.
+#[must_use]
+pub fn decode_uses_sm90_kernel_if_possible() -> bool {
+    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        std::env::var("DELTAKIT_ATTN_DECODE").map_or(true, |v| !v.eq_ignore_ascii_case("triton"))
+    })
+}
+
+/// Kernel choice for [`decode_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// The sm_90 CUDA kernel (`dk_attn_decode_sm90`) where the device runs it (compute
+    /// capability 9.0 and a build with `90a`), else Triton. Its launcher picks the tile variant (0
+    /// or 3) and may use fewer context splits than `num_splits` (never more; the split count
+    /// whose CTAs spread most evenly over the SMs), from rows x kv heads and the SM count only, so
+    /// the choice is fixed per CUDA-graph bucket.
+    Auto,
+    /// The sm_90 CUDA kernel with an explicit tile configuration
+    /// (`DkAttnDecodeSm90Params::variant`, ignored at head dim 64), else Triton. Each warp owns 16
+    /// positions of every K/V tile. 0-3 load with cp.async (16 B per lane, XOR-swizzled rows),
+    /// 4-7 with the bulk-copy engine (one `cp.async.bulk` per row, mbarrier byte counts, padded
+    /// rows). hd 256: 0 = 4 warps x 3 stages; 1 = 2 x 3 (two CTAs per SM); 2 = 4 x 2; 3 = 2 x 2
+    /// (three CTAs per SM); 4 = bulk 4 x 3; 5 = bulk 2 x 3; 6 = bulk 2 x 2; 7 = bulk 1 x 6. hd 128:
+    /// 0 = 4 x 4; 1 = 2 x 6; 2 = 4 x 3; 3 = 2 x 4; 4-7 the same with bulk copies. Same results up
+    /// to rounding. Values above 7 are rejected ([`crate::Error::Shape`] naming `kernel`).
+    Sm90Variant(u8),
+    /// The portable Triton AOT kernels (one new token per row only).
+    Triton,
+}
+
+/// The largest tile variant `dk_attn_decode_sm90` accepts.
+const DECODE_SM90_MAX_VARIANT: u8 = 7;
+
+/// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 0 or 3
+/// and a split count <= `num_splits` from rows x kv heads and the SM count (H200 sweep,
+/// docs/benchmarks/2026-12-01-attn-s3.md).
+const DECODE_SM90_AUTO_VARIANT: i32 = -1;
+
+/// Paged decode attention, split-K ("flash decoding"): row `i`'s single query (absolute position
+/// `seq_lens[i] - 1`, its k/v already in the cache) attends to positions `0..seq_lens[i]`; all
+/// query heads of a kv head are processed together (group <= [`DECODE_MAX_GROUP`]), so each K/V
+/// byte is read once per group; the context is cut into up to `num_splits` ranges whose partial
+/// results are merged by log-sum-exp. `seq_lens[i] == -1`: padding row, zero output. Equals the
+/// last row of [`prefill`] over the same context. Kernels: on a compute-capability 9.0 device of a
+/// build with `90a`, the CUDA C++ `dk_attn_decode_sm90` (`csrc/attn/decode_sm90.cu`: per-warp
+/// cp.async pipelines of whole K/V rows, mma.sync, f32 online softmax; its own split count <=
+/// `num_splits` and tile variant, see [`DecodeKernel::Auto`]; one merge launch, programmatic
+/// dependent, when more than one split runs); elsewhere, or with
+/// `DELTAKIT_ATTN_DECODE=triton`, the Triton AOT `attn_decode_hd*` + `attn_decode_merge_hd*`
+/// (same semantics and workspace). Mirrors HF `Qwen3_5Attention`'s `sdpa` over the cache for the
+/// newest token. CPU twin: `deltakit_ref::attn::decode_paged`.
+///
+/// Graph-safe: the kernels read `seq_lens` and the page table from the device arrays; the host
+/// copies are only validated, and `num_splits` fixes the grid (fix it per CUDA-graph bucket).
 ///
 /// Shapes: `q`, `out` bf16 `[N, H_q, hd]`; `seq_lens` i32 `[N]` (device + host copy);
 /// `page_table` i32 `[N, max_pages]` (device + host copy); `workspace` f32 of at least
-/// [`decode_workspace_len`] elements.
+/// [`decode_workspace_len`] elements (caller-provided, 16-byte aligned).
 ///
 /// # Errors
 /// [`Error::Shape`] for lengths, `seq_lens` (0 or < -1), page ids, `num_splits` (1..=1024) or a
 /// short workspace; [`Error::Unsupported`] for a group over [`DECODE_MAX_GROUP`] or another head
 /// dim; [`Error::DeviceMismatch`], [`Error::Launch`] / [`Error::Driver`].
-#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // validation + two launches
+#[allow(clippy::too_many_arguments)]
 pub fn decode(
     stream: &CudaStream,
     q: &impl DevicePtr<bf16>,
@@ -674,58 +724,240 @@ pub fn decode(
     workspace: &mut impl DevicePtrMut<f32>,
     out: &mut impl DevicePtrMut<bf16>,
 ) -> Result<()> {
-    const OP: &str = "attn.decode";
-    check_dims(OP, dims)?;
-    if dims.n_q_heads / dims.n_kv_heads > DECODE_MAX_GROUP {
+    let kernel = if decode_uses_sm90_kernel_if_possible() {
+        DecodeKernel::Auto
+    } else {
+        DecodeKernel::Triton
+    };
+    decode_with(
+        kernel, stream, q, k_cache, v_cache, dims, kv, seq_lens, page_table, scale, num_splits,
+        workspace, out,
+    )
+}
+
+/// [`decode`] with an explicit kernel choice (tests and benches compare the kernels in one
+/// process; `DELTAKIT_ATTN_DECODE` is not read). Same arguments, semantics and errors, plus
+/// [`Error::Shape`] naming `kernel` for a tile variant above 7.
+///
+/// # Errors
+/// As [`decode`].
+#[allow(clippy::too_many_arguments)]
+pub fn decode_with(
+    kernel: DecodeKernel,
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    seq_lens: (&impl DevicePtr<i32>, &[i32]),
+    page_table: (&impl DevicePtr<i32>, &[i32]),
+    scale: Option<f32>,
+    num_splits: usize,
+    workspace: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    decode_impl(
+        "attn.decode",
+        kernel,
+        stream,
+        q,
+        k_cache,
+        v_cache,
+        dims,
+        kv,
+        seq_lens,
+        page_table,
+        1,
+        scale,
+        num_splits,
+        workspace,
+        out,
+    )
+}
+
+/// Multi-token paged decode (speculative verification): row `i` has `tokens_per_row = T` new
+/// tokens at absolute positions `seq_lens[i] - T + t` (`t = 0..T`, their k/v already in the
+/// cache); new token `t` attends to positions `0..=seq_lens[i] - T + t` (causal among the new
+/// tokens), split-K over the context as [`decode`]. Equals [`prefill`] of the `T` tokens over a
+/// prior context of `seq_lens[i] - T`. `seq_lens[i] == -1`: padding row, zero output. sm_90 CUDA
+/// kernel only (`dk_attn_decode_sm90` with `n_new = T`); `T = 1` is [`decode`].
+///
+/// Shapes: `q`, `out` bf16 `[N * T, H_q, hd]` (the row's `T` tokens consecutive); `seq_lens` i32
+/// `[N]` (each -1 or >= T); `page_table` i32 `[N, max_pages]`; `workspace` f32 of at least
+/// `decode_workspace_len(N * T, dims, num_splits)` elements.
+///
+/// # Errors
+/// As [`decode`], plus [`Error::Shape`] for `tokens_per_row` (0, or `G * T > 16`) and a
+/// `seq_lens[i]` in `0..T`; [`Error::Unsupported`] when the device or build has no sm_90 kernel
+/// (no portable multi-token path).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_multi_token(
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    seq_lens: (&impl DevicePtr<i32>, &[i32]),
+    page_table: (&impl DevicePtr<i32>, &[i32]),
+    tokens_per_row: usize,
+    scale: Option<f32>,
+    num_splits: usize,
+    workspace: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    decode_multi_token_with(
+        DecodeKernel::Auto,
+        stream,
+        q,
+        k_cache,
+        v_cache,
+        dims,
+        kv,
+        seq_lens,
+        page_table,
+        tokens_per_row,
+        scale,
+        num_splits,
+        workspace,
+        out,
+    )
+}
+
+/// [`decode_multi_token`] with an explicit kernel choice ([`DecodeKernel::Triton`] returns
+/// [`Error::Unsupported`] for `tokens_per_row > 1`). Same arguments, semantics and errors.
+///
+/// # Errors
+/// As [`decode_multi_token`].
+#[allow(clippy::too_many_arguments)]
+pub fn decode_multi_token_with(
+    kernel: DecodeKernel,
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    seq_lens: (&impl DevicePtr<i32>, &[i32]),
+    page_table: (&impl DevicePtr<i32>, &[i32]),
+    tokens_per_row: usize,
+    scale: Option<f32>,
+    num_splits: usize,
+    workspace: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    decode_impl(
+        "attn.decode_multi_token",
+        kernel,
+        stream,
+        q,
+        k_cache,
+        v_cache,
+        dims,
+        kv,
+        seq_lens,
+        page_table,
+        tokens_per_row,
+        scale,
+        num_splits,
+        workspace,
+        out,
+    )
+}
+
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // validation + two kernel paths
+fn decode_impl(
+    op: &'static str,
+    kernel: DecodeKernel,
+    stream: &CudaStream,
+    q: &impl DevicePtr<bf16>,
+    k_cache: &impl DevicePtr<bf16>,
+    v_cache: &impl DevicePtr<bf16>,
+    dims: AttnDims,
+    kv: PagedKv,
+    seq_lens: (&impl DevicePtr<i32>, &[i32]),
+    page_table: (&impl DevicePtr<i32>, &[i32]),
+    n_new: usize,
+    scale: Option<f32>,
+    num_splits: usize,
+    workspace: &mut impl DevicePtrMut<f32>,
+    out: &mut impl DevicePtrMut<bf16>,
+) -> Result<()> {
+    check_dims(op, dims)?;
+    let group = dims.n_q_heads / dims.n_kv_heads;
+    if group > DECODE_MAX_GROUP {
         return Err(Error::Unsupported {
-            op: OP,
-            what: format!("GQA group {} > {DECODE_MAX_GROUP}", dims.n_q_heads / dims.n_kv_heads),
+            op,
+            what: format!("GQA group {group} > {DECODE_MAX_GROUP}"),
         });
+    }
+    if n_new == 0 || group * n_new > DECODE_MAX_GROUP {
+        return Err(Error::shape(
+            op,
+            "tokens_per_row",
+            format!("1..={} (GQA group {group} x tokens <= 16)", DECODE_MAX_GROUP / group),
+            n_new,
+        ));
+    }
+    if let DecodeKernel::Sm90Variant(v) = kernel {
+        if v > DECODE_SM90_MAX_VARIANT {
+            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=7", v));
+        }
     }
     let row = dims.n_q_heads * dims.head_dim;
     let n = seq_lens.1.len();
-    validate::len(OP, "q", q.len(), n * row)?;
-    validate::len(OP, "out", out.len(), n * row)?;
-    validate::len(OP, "seq_lens", seq_lens.0.len(), n)?;
+    let tokens = n * n_new;
+    validate::len(op, "q", q.len(), tokens * row)?;
+    validate::len(op, "out", out.len(), tokens * row)?;
+    validate::len(op, "seq_lens", seq_lens.0.len(), n)?;
     if !(1..=1024).contains(&num_splits) {
-        return Err(Error::shape(OP, "num_splits", "1..=1024", num_splits));
+        return Err(Error::shape(op, "num_splits", "1..=1024", num_splits));
     }
-    let need = decode_workspace_len(n, dims, num_splits);
+    let need = decode_workspace_len(tokens, dims, num_splits);
     if workspace.len() < need {
-        return Err(Error::shape(OP, "workspace", format!("len >= {need}"), workspace.len()));
+        return Err(Error::shape(op, "workspace", format!("len >= {need}"), workspace.len()));
     }
-    let clen = cache_len(OP, kv, dims)?;
-    validate::len(OP, "k_cache", k_cache.len(), clen)?;
-    validate::len(OP, "v_cache", v_cache.len(), clen)?;
+    let clen = cache_len(op, kv, dims)?;
+    validate::len(op, "k_cache", k_cache.len(), clen)?;
+    validate::len(op, "v_cache", v_cache.len(), clen)?;
     // Each live row's seq_lens[i] positions need valid pages (no host allocation per call).
-    if let Some((i, &s)) = seq_lens.1.iter().enumerate().find(|(_, &s)| s == 0 || s < -1) {
-        return Err(Error::shape(OP, "seq_lens", "-1 or >= 1", format!("seq_lens[{i}] = {s}")));
+    let min_len = i32::try_from(n_new).unwrap_or(i32::MAX);
+    if let Some((i, &s)) =
+        seq_lens.1.iter().enumerate().find(|(_, &s)| s < -1 || (s != -1 && s < min_len))
+    {
+        return Err(Error::shape(
+            op,
+            "seq_lens",
+            format!("-1 or >= {min_len} (the row's new tokens)"),
+            format!("seq_lens[{i}] = {s}"),
+        ));
     }
     if n > 0 {
-        check_table_geometry(OP, kv, n, page_table.1)?;
+        check_table_geometry(op, kv, n, page_table.1)?;
         for (i, &s) in seq_lens.1.iter().enumerate() {
             if s > 0 {
-                check_seq_pages(OP, i, s as usize, page_table.1, kv)?;
+                check_seq_pages(op, i, s as usize, page_table.1, kv)?;
             }
         }
-        validate::len(OP, "page_table", page_table.0.len(), n * kv.max_pages)?;
+        validate::len(op, "page_table", page_table.0.len(), n * kv.max_pages)?;
     }
     let scale = scale.unwrap_or(1.0 / (dims.head_dim as f32).sqrt());
     if !scale.is_finite() {
-        return Err(Error::shape(OP, "scale", "finite", scale));
+        return Err(Error::shape(op, "scale", "finite", scale));
     }
-    same_context(OP, "q", stream, q)?;
-    same_context(OP, "k_cache", stream, k_cache)?;
-    same_context(OP, "v_cache", stream, v_cache)?;
-    same_context(OP, "seq_lens", stream, seq_lens.0)?;
-    same_context(OP, "page_table", stream, page_table.0)?;
-    same_context(OP, "workspace", stream, workspace)?;
-    same_context(OP, "out", stream, out)?;
+    same_context(op, "q", stream, q)?;
+    same_context(op, "k_cache", stream, k_cache)?;
+    same_context(op, "v_cache", stream, v_cache)?;
+    same_context(op, "seq_lens", stream, seq_lens.0)?;
+    same_context(op, "page_table", stream, page_table.0)?;
+    same_context(op, "workspace", stream, workspace)?;
+    same_context(op, "out", stream, out)?;
     if n == 0 {
         return Ok(());
     }
     let rows =
-        u32::try_from(n).map_err(|_| Error::shape(OP, "seq_lens", "at most u32::MAX rows", n))?;
+        u32::try_from(n).map_err(|_| Error::shape(op, "seq_lens", "at most u32::MAX rows", n))?;
     bind(stream)?;
     let (qp, _g1) = q.device_ptr(stream);
     let (kp, _g2) = k_cache.device_ptr(stream);
@@ -733,22 +965,62 @@ pub fn decode(
     let (slp, _g4) = seq_lens.0.device_ptr(stream);
     let (ptp, _g5) = page_table.0.device_ptr(stream);
     let (wsp, _g6) = workspace.device_ptr_mut(stream);
-    let (op, _g7) = out.device_ptr_mut(stream);
-    let lse_off = (n * dims.n_q_heads * num_splits * dims.head_dim * 4) as u64;
-    for (arg, p) in [("q", qp), ("k_cache", kp), ("v_cache", vp), ("workspace", wsp), ("out", op)] {
-        validate::aligned(OP, arg, p, 16)?;
+    let (outp, _g7) = out.device_ptr_mut(stream);
+    for (arg, p) in [("q", qp), ("k_cache", kp), ("v_cache", vp), ("workspace", wsp), ("out", outp)]
+    {
+        validate::aligned(op, arg, p, 16)?;
     }
+    let i64_of = |arg, x| validate::i64_of(op, arg, x);
+    if kernel != DecodeKernel::Triton {
+        let variant = match kernel {
+            DecodeKernel::Sm90Variant(v) => i32::from(v),
+            _ => DECODE_SM90_AUTO_VARIANT,
+        };
+        let params = ffi::DkAttnDecodeSm90Params {
+            q: qp,
+            k_cache: kp,
+            v_cache: vp,
+            out: outp,
+            seq_lens: slp,
+            page_table: ptp,
+            workspace: wsp,
+            num_rows: i64_of("seq_lens", n)?,
+            n_new: i64_of("tokens_per_row", n_new)?,
+            n_q_heads: i64_of("dims.n_q_heads", dims.n_q_heads)?,
+            n_kv_heads: i64_of("dims.n_kv_heads", dims.n_kv_heads)?,
+            head_dim: i64_of("dims.head_dim", dims.head_dim)?,
+            page_size: i64_of("kv.page_size", kv.page_size)?,
+            max_pages: i64_of("kv.max_pages", kv.max_pages)?,
+            num_pages: i64_of("kv.num_pages", kv.num_pages)?,
+            num_splits: i64_of("num_splits", num_splits)?,
+            scale,
+            variant,
+        };
+        // SAFETY: live buffers of the checked extents (workspace >= decode_workspace_len);
+        // metadata validated on the host copies; the kernel reads out-of-range page ids as zeros.
+        let status = unsafe { ffi::dk_attn_decode_sm90(&raw const params, raw_stream(stream)) };
+        if status != ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE {
+            return check(op, status);
+        }
+        // The device does not run sm_90 code (or the build lacks it): portable path below.
+    }
+    if n_new != 1 {
+        return Err(Error::Unsupported {
+            op,
+            what: "more than one new token per row without the sm_90 kernel".into(),
+        });
+    }
+    let lse_off = (n * dims.n_q_heads * num_splits * dims.head_dim * 4) as u64;
     let (dec, merge): (DecodeFn, MergeFn) = match dims.head_dim {
         64 => (ffi::dk_triton_attn_decode_hd64, ffi::dk_triton_attn_decode_merge_hd64),
         128 => (ffi::dk_triton_attn_decode_hd128, ffi::dk_triton_attn_decode_merge_hd128),
         _ => (ffi::dk_triton_attn_decode_hd256, ffi::dk_triton_attn_decode_merge_hd256),
     };
-    let i64_of = |arg, x| validate::i64_of(OP, arg, x);
     let hq = i64_of("dims.n_q_heads", dims.n_q_heads)?;
     let splits = i64_of("num_splits", num_splits)?;
     // SAFETY: live buffers of the checked extents (workspace >= decode_workspace_len); metadata
     // validated on the host copies; the kernel masks out-of-range page ids.
-    check(OP, unsafe {
+    check(op, unsafe {
         dec(
             raw_stream(stream),
             rows,
@@ -771,7 +1043,7 @@ pub fn decode(
         )
     })?;
     // SAFETY: as above; reads the partials the previous launch wrote on the same stream.
-    check(OP, unsafe {
+    check(op, unsafe {
         merge(
             raw_stream(stream),
             rows,
@@ -779,7 +1051,7 @@ pub fn decode(
             1,
             wsp,
             wsp + lse_off,
-            op,
+            outp,
             slp,
             hq,
             splits,

@@ -1,0 +1,831 @@
+// attn.decode for sm_90 (Hopper): paged split-K decode attention, one or a few new tokens per row
+// (T >= 1; T > 1 = speculative verification, causal among the row's new tokens). CPU twin:
+// deltakit_ref::attn::decode_paged (T = 1) / prefill_paged (T > 1, the new tokens over their
+// context); the portable path is the Triton kernel in triton_aot/attn/attention.py (T = 1).
+//
+// Work split. One CTA = one (row, kv head, context split). The G = HQ / HKV query heads of the kv
+// head and the T new tokens of the row are packed into the M = 16 rows of an mma.sync m16n8k16
+// tile (packed row r = t * G + g; G * T <= 16): each K/V byte of the split is read from DRAM once
+// and used by every query head of its group. The split covers whole BN-position tiles
+// [lo, hi) of the context (BN = 16 * WARPS), like the Triton kernel's split rule.
+//
+// Memory pipeline (the point of this kernel: decode is a pure KV-cache read). Each warp owns the 16
+// positions [16w, 16w + 16) of every tile, loads them and consumes them (no CTA barrier per tile):
+// its lanes issue 16-byte cp.async copies (cp.async.cg, L1 bypass) of whole K and V rows STAGES - 1
+// tiles ahead of the one being consumed; each row is one page lookup (any page size; done by one
+// lane a tile ahead and shared by shuffle) and HD * 2 contiguous bytes in the cache
+// ([num_pages, page_size, HKV, HD]). Rows land in shared memory as HD/8
+// 16-byte chunks with the chunk index XOR-ed by row % 8, so the ldmatrix reads below are free of
+// bank conflicts. At HD 256, variant 0: 3 stages x 64 positions x (K + V) = 192 KB, two tiles
+// (128 KB) in flight per SM while the third is consumed.
+//
+// Compute (negligible next to the loads: 16 FLOP per KV byte at G = 16). Warp w takes the 16
+// positions [16w, 16w + 16) of every tile: S = Q K^T with mma.sync m16n8k16 bf16 (Q from shared
+// memory by ldmatrix.x4, K by ldmatrix.x4: rows = positions, 16-byte chunks = head dims), f32
+// online softmax in exp2 units (per-warp running max and sum), P rounded to bf16 in registers as
+// the A operand of O += P V (V by ldmatrix.x4.trans). At the end the WARPS partial results of the
+// CTA are combined through shared memory by log-sum-exp; with one split the CTA writes the bf16
+// output, else f32 partial outputs (normalized) and base-2 log-sum-exps to the caller's
+// workspace, combined by decode_merge_kernel (one block per (token, head); launched as a
+// programmatic dependent so its launch latency hides behind the split kernel's tail).
+//
+// Masks: positions >= the split end read zeros and score -inf; with T > 1, new token t (absolute
+// position seq_len - T + t) sees positions <= its own. Empty splits and padding rows
+// (seq_len <= 0) write a -inf log-sum-exp and zero partials (zero bf16 output with one split).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "../common/launch.cuh"
+
+// The body needs sm_80 instructions (cp.async, ldmatrix, mma.sync bf16); it is dispatched on
+// compute capability 9.0 only (the launcher checks the loaded binary), tuned for the H200.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+#define DK_ATTN_DEC_BODY 1
+#endif
+
+namespace dk {
+namespace attn_dec {
+
+// Tile configurations (DkAttnDecodeSm90Params::variant): WARPS warps (BN = 16 * WARPS positions
+// per tile), STAGES shared-memory stages. HD 256: 0 = 4 warps x 3 stages (200 KB, 1 CTA/SM);
+// 1 = 2 warps x 3 stages (104 KB, 2 CTAs/SM); 2 = 4 x 2 (136 KB); 3 = 2 x 2 (72 KB, 3 CTAs/SM).
+// HD 128: 0 = 4 x 4 (132 KB); 1 = 2 x 6 (100 KB); 2 = 4 x 3; 3 = 2 x 4. HD 64: one configuration,
+// 4 x 6 (98 KB).
+// Variants 4-7 (BULK, sm_90 only): the same tiles loaded by the bulk-copy engine instead of
+// cp.async: one cp.async.bulk (TMA, 1D) per K or V row issued by one lane (lane j: K row j, lane
+// 16 + j: V row j of the warp's 16 positions), completion counted in bytes on a per-warp, per-stage
+// mbarrier; rows padded to HD * 2 + 16 bytes (conflict-free ldmatrix without the XOR swizzle).
+// HD 256: 4 = 4 warps x 3 stages (211 KB); 5 = 2 x 3 (109 KB, 2 CTAs/SM); 6 = 2 x 2 (74 KB, 3
+// CTAs/SM); 7 = 1 x 6 (107 KB, 2 CTAs/SM). HD 128: 4 = 4 x 4; 5 = 2 x 6; 6 = 4 x 3; 7 = 2 x 4.
+constexpr int kVariants = 8;
+template <int HD, int VAR>
+struct Cfg;
+template <int VAR>
+struct Cfg<256, VAR> {
+  static constexpr bool BULK = VAR >= 4;
+  static constexpr int WARPS = VAR == 7 ? 1 : ((VAR % 4 == 1 || VAR % 4 == 3 || VAR == 6) ? 2 : 4);
+  static constexpr int STAGES = VAR == 7 ? 6 : ((VAR % 4 <= 1) ? 3 : 2);
+};
+template <int VAR>
+struct Cfg<128, VAR> {
+  static constexpr bool BULK = VAR >= 4;
+  static constexpr int WARPS = (VAR % 4 == 1 || VAR % 4 == 3) ? 2 : 4;
+  static constexpr int STAGES =
+      VAR % 4 == 0 ? 4 : (VAR % 4 == 1 ? 6 : (VAR % 4 == 2 ? 3 : 4));
+};
+template <int VAR>
+struct Cfg<64, VAR> {
+  static constexpr bool BULK = false;
+  static constexpr int WARPS = 4;
+  static constexpr int STAGES = 6;
+};
+
+// Shared-memory row pitch: HD * 2 bytes XOR-swizzled (cp.async), HD * 2 + 16 padded (BULK).
+template <int HD, int VAR>
+__host__ __device__ constexpr int row_pitch() {
+  return Cfg<HD, VAR>::BULK ? HD * 2 + 16 : HD * 2;
+}
+template <int HD, int VAR>
+__host__ __device__ constexpr size_t pipe_bytes() {
+  return size_t(16) * row_pitch<HD, VAR>() +
+         size_t(Cfg<HD, VAR>::STAGES) * 2 * (16 * Cfg<HD, VAR>::WARPS) * row_pitch<HD, VAR>();
+}
+template <int HD, int VAR>
+constexpr size_t smem_bytes() {
+  // Q [16] rows + STAGES x (K, V) tiles of BN rows (+ the BULK mbarriers after them); the
+  // end-of-CTA combine (WARPS x 16 x HD f32 + 2 x WARPS x 16 f32) reuses the pipeline bytes.
+  constexpr size_t pipe = pipe_bytes<HD, VAR>();
+  constexpr size_t comb = size_t(Cfg<HD, VAR>::WARPS) * 16 * (HD + 2) * 4;
+  static_assert(comb <= pipe, "the combine buffer stays clear of the mbarriers");
+  return pipe + (Cfg<HD, VAR>::BULK ? 8 * Cfg<HD, VAR>::STAGES * Cfg<HD, VAR>::WARPS : 0);
+}
+static_assert(smem_bytes<256, 0>() <= 227 * 1024, "fits the opt-in shared memory");
+static_assert(smem_bytes<256, 1>() <= 113 * 1024, "two CTAs per SM");
+static_assert(smem_bytes<256, 4>() <= 227 * 1024, "fits the opt-in shared memory");
+static_assert(smem_bytes<256, 5>() <= 113 * 1024, "two CTAs per SM");
+static_assert(smem_bytes<256, 6>() <= 75 * 1024, "three CTAs per SM");
+static_assert(smem_bytes<256, 7>() <= 113 * 1024, "two CTAs per SM");
+static_assert(smem_bytes<128, 0>() <= 227 * 1024, "fits");
+static_assert(smem_bytes<128, 1>() <= 113 * 1024, "two CTAs per SM");
+static_assert(smem_bytes<128, 4>() <= 227 * 1024, "fits");
+static_assert(smem_bytes<64, 0>() <= 227 * 1024, "fits");
+
+struct Args {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  __nv_bfloat16* out;
+  const int* seq_lens;
+  const int* table;
+  float* po;    // [N * T, HQ, S, HD] (num_splits > 1)
+  float* plse;  // [N * T, HQ, S]
+  int n_new;    // T
+  int hq;
+  int hkv;
+  int group;  // G
+  int page_size;
+  int max_pages;
+  int num_pages;
+  int splits;
+  float scale_log2;  // scale * log2(e)
+};
+
+#ifdef DK_ATTN_DEC_BODY
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte copy global -> shared; src_bytes = 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a * b, m16n8k16, bf16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "DK_DEC_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DK_DEC_DONE;\n"
+      "bra DK_DEC_WAIT;\n"
+      "DK_DEC_DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// One bulk copy global -> shared (the TMA engine), completion as bytes on `bar`.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#else
+// The BULK variants are sm_90 only (the launcher runs sm_90 code only): stubs for other archs.
+__device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_wait(uint32_t, uint32_t) {}
+#endif
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+#endif
+
+template <int HD, int VAR>
+__global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(const Args a) {
+#ifdef DK_ATTN_DEC_BODY
+  constexpr int WARPS = Cfg<HD, VAR>::WARPS;
+  constexpr int STAGES = Cfg<HD, VAR>::STAGES;
+  constexpr int NT = WARPS * 32;
+  constexpr int BN = 16 * WARPS;
+  constexpr bool BULK = Cfg<HD, VAR>::BULK;
+  constexpr int CH = HD / 8;  // 16-byte chunks per row
+  constexpr int ROW_B = row_pitch<HD, VAR>();  // shared-memory row pitch
+  constexpr int TILE_B = BN * ROW_B;
+  static_assert(CH >= 8 && CH <= 32, "thread -> chunk mapping");
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t s_q = smem_u32(smem);
+  const uint32_t s_kv = s_q + 16 * ROW_B;  // stage st: K at s_kv + 2 st TILE_B, V + TILE_B
+  // BULK: mbarrier of (warp, stage) after the pipeline bytes.
+  const uint32_t s_bar = s_q + uint32_t(pipe_bytes<HD, VAR>());
+  // 16-byte chunk c of row r: XOR-swizzled (cp.async) or plain in a padded row (BULK).
+  auto chunk_addr = [](uint32_t base, int r, int c) -> uint32_t {
+    return base + r * ROW_B + ((BULK ? c : (c ^ (r & 7))) << 4);
+  };
+
+#if __CUDA_ARCH__ >= 900
+  // The merge kernel (launched with programmatic stream serialization) may start its blocks once
+  // every CTA of this grid is running; it waits for this grid's completion before reading.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  const int n = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int T = a.n_new;
+  const int G = a.group;
+  const int rows_m = G * T;
+  const int seq_len = a.seq_lens[n];
+  int lo = 0;
+  int hi = 0;
+  if (seq_len > 0) {
+    const int tiles = (seq_len + BN - 1) / BN;
+    const int per = (tiles + a.splits - 1) / a.splits;
+    lo = split * per * BN;
+    hi = min(lo + per * BN, seq_len);
+  }
+  const int ntiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
+  const int64_t q_tok0 = int64_t(n) * T;  // first new-token row of this row
+  // Packed row r -> (t, head) -> the q/out row (q_tok0 + t) * HQ + kvh * G + g.
+  auto qrow = [&](int r) -> int64_t {
+    return (q_tok0 + r / G) * a.hq + int64_t(kvh) * G + r % G;
+  };
+
+  // Q: 16 packed rows, rows >= G * T zero (its own cp.async group, waited for by the whole CTA).
+  for (int i = tid; i < 16 * CH; i += NT) {
+    const int r = i / CH;
+    const int c = i % CH;
+    const bool ok = r < rows_m && ntiles > 0;
+    const __nv_bfloat16* src = ok ? a.q + qrow(r) * HD + c * 8 : a.q;
+    cp_async_16(chunk_addr(s_q, r, c), src, ok ? 16u : 0u);
+  }
+  cp_async_commit();
+  // Each warp loads exactly the 16 positions of every tile it consumes ([16 w, 16 w + 16)), so the
+  // warps of a CTA run decoupled (per-warp waits, __syncwarp; no CTA barrier per tile). Lane j < 16
+  // looks up the page of position j of the warp's slice one tile ahead (pf_page / pf_slot, the
+  // load in flight while the current tile is consumed); the copies take the cache row by shuffle.
+  const int* table_row = a.table + int64_t(n) * a.max_pages;
+  const int ps = a.page_size;
+  int pf_page = -1;
+  int pf_slot = 0;
+  auto prefetch = [&](int start) {
+    const int pos = start + warp * 16 + (lane & 15);
+    pf_page = -1;
+    pf_slot = 0;
+    if ((BULK || lane < 16) && pos < hi) {
+      const int pi = pos / ps;
+      pf_slot = pos - pi * ps;
+      pf_page = __ldg(table_row + pi);
+    }
+  };
+  constexpr int LPR = 32 / CH < 1 ? 1 : 32 / CH;  // rows a warp covers per copy instruction
+  constexpr int KPASS = 16 / LPR;                 // copy instructions per tensor per tile
+  static_assert(CH <= 32 || CH % 32 == 0, "chunk mapping");
+  auto issue = [&](int stage) {
+    const int cr = (pf_page >= 0 && pf_page < a.num_pages) ? pf_page * ps + pf_slot : -1;
+    const uint32_t sk = s_kv + stage * 2 * TILE_B;
+#pragma unroll
+    for (int k = 0; k < KPASS; ++k) {
+      const int sub = lane / CH + k * LPR;  // CH <= 32 here (HD <= 256)
+      const int crow = __shfl_sync(0xffffffffu, cr, sub);
+      const int c = lane % CH;
+      const int r = warp * 16 + sub;
+      const bool ok = crow >= 0;
+      const int64_t off = ok ? (int64_t(crow) * a.hkv + kvh) * HD + c * 8 : int64_t(0);
+      const uint32_t dst = chunk_addr(sk, r, c);
+      cp_async_16(dst, a.k + off, ok ? 16u : 0u);
+      cp_async_16(dst + TILE_B, a.v + off, ok ? 16u : 0u);
+    }
+  };
+#if __CUDA_ARCH__ >= 900
+  // BULK: lane j < 16 copies K row j of the warp's slice, lane 16 + j V row j (HD * 2 bytes each);
+  // lane 0 announces the bytes on the (warp, stage) mbarrier. Rows past the split end are not
+  // copied (their scores are masked; their V rows hold earlier, finite values, zero at first).
+  auto issue_bulk = [&](int stage) {
+    const bool ok = pf_page >= 0 && pf_page < a.num_pages;
+    const unsigned rows = __ballot_sync(0xffffffffu, ok) & 0xffffu;
+    const uint32_t bar = s_bar + 8 * (warp * STAGES + stage);
+    __syncwarp();
+    fence_proxy_async();  // the warp's earlier ldmatrix reads of this stage before the overwrite
+    if (lane == 0) mbar_arrive_expect_tx(bar, uint32_t(__popc(rows)) * 2u * uint32_t(HD * 2));
+    if (ok) {
+      const int64_t crow = int64_t(pf_page) * ps + pf_slot;
+      const __nv_bfloat16* src = (lane < 16 ? a.k : a.v) + (crow * a.hkv + kvh) * HD;
+      const uint32_t dst = s_kv + stage * 2 * TILE_B + (lane < 16 ? 0 : TILE_B) +
+                           (warp * 16 + (lane & 15)) * ROW_B;
+      bulk_copy(dst, src, HD * 2, bar);
+    }
+  };
+#else
+  auto issue_bulk = [&](int) {};
+#endif
+  if constexpr (BULK) {
+#if __CUDA_ARCH__ >= 900
+    if (lane == 0) {
+      for (int st = 0; st < STAGES; ++st) mbar_init(s_bar + 8 * (warp * STAGES + st), 1);
+    }
+    // Zero V rows once: a partial last tile leaves rows uncopied, and P = 0 times a NaN bit
+    // pattern would poison the output.
+    for (int i = tid; i < STAGES * TILE_B / 16; i += NT) {
+      const int st = i / (TILE_B / 16);
+      const int j = i % (TILE_B / 16);
+      *reinterpret_cast<uint4*>(smem + (s_kv - s_q) + st * 2 * TILE_B + TILE_B + j * 16) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+    fence_proxy_async();
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncthreads();
+#endif
+  }
+  prefetch(lo);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < ntiles) {
+      if constexpr (BULK) {
+        issue_bulk(st);
+      } else {
+        issue(st);
+      }
+      prefetch(lo + (st + 1) * BN);
+    }
+    if constexpr (!BULK) cp_async_commit();  // group 1 + st; empty groups keep the count uniform
+  }
+  if constexpr (BULK) {
+    cp_async_wait<0>();
+  } else {
+    cp_async_wait<STAGES - 1>();
+  }
+  __syncthreads();  // Q landed for every thread
+
+  // Per-lane ldmatrix addresses (byte offsets inside a Q / K / V tile; chunk XOR-ed per kk).
+  const int g8 = lane & 7;
+  const int mi = lane >> 3;
+  // Q (A operand): matrices (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi), (8-15, hi).
+  const int q_r = g8 + (mi & 1) * 8;
+  const uint32_t q_base = s_q + q_r * ROW_B;
+  const int q_x = BULK ? 0 : q_r & 7;
+  const int q_c = mi >> 1;
+  // K (B operand, non-transposed): matrices (n-tile 0, k lo), (0, hi), (1, lo), (1, hi).
+  const int k_r = warp * 16 + (mi >> 1) * 8 + g8;
+  const uint32_t k_off = k_r * ROW_B;
+  const int k_x = BULK ? 0 : k_r & 7;
+  const int k_c = mi & 1;
+  // V (B operand, transposed): matrices (pos 0-7, dims 8j..), (pos 8-15, 8j..), (0-7, 8j+8..),
+  // (8-15, 8j+8..).
+  const int v_r = warp * 16 + (mi & 1) * 8 + g8;
+  const uint32_t v_off = v_r * ROW_B;
+  const int v_x = BULK ? 0 : v_r & 7;
+  const int v_c = mi >> 1;
+
+  const int qd = lane & 3;   // quad lane: columns 2 qd, 2 qd + 1 of each n8 tile
+  const int r0 = lane >> 2;  // accumulator rows r0 and r0 + 8
+  // Causal limit of packed rows r0 / r0 + 8 (T > 1): new token t sees positions <= seq_len - T + t.
+  const int lim0 = seq_len - T + (r0 < rows_m ? r0 / G : 0);
+  const int lim1 = seq_len - T + (r0 + 8 < rows_m ? (r0 + 8) / G : 0);
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.f, 0.f};
+  float acc[HD / 8][4];
+#pragma unroll
+  for (int j = 0; j < HD / 8; ++j) {
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  }
+
+  for (int it = 0; it < ntiles; ++it) {
+    if constexpr (BULK) {
+      mbar_wait(s_bar + 8 * (warp * STAGES + it % STAGES), uint32_t(it / STAGES) & 1u);
+      if (it + STAGES - 1 < ntiles) {
+        issue_bulk((it + STAGES - 1) % STAGES);
+        prefetch(lo + (it + STAGES) * BN);
+      }
+    } else {
+      cp_async_wait<STAGES - 2>();
+      __syncwarp();  // the warp's slice of tile `it` landed; its slice of stage (it-1) % S is free
+      if (it + STAGES - 1 < ntiles) {
+        issue((it + STAGES - 1) % STAGES);
+        prefetch(lo + (it + STAGES) * BN);
+      }
+      cp_async_commit();
+    }
+    const uint32_t sk = s_kv + (it % STAGES) * 2 * TILE_B;
+    const uint32_t sv = sk + TILE_B;
+    const int tile0 = lo + it * BN;
+    // S = Q K^T over the warp's 16 positions (two n8 tiles).
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t qa[4];
+      uint32_t kb[4];
+      ldsm_x4(qa, q_base + (((2 * kk + q_c) ^ q_x) << 4));
+      ldsm_x4(kb, sk + k_off + (((2 * kk + k_c) ^ k_x) << 4));
+      mma_16816(s[0], qa, kb[0], kb[1]);
+      mma_16816(s[1], qa, kb[2], kb[3]);
+    }
+    // Scale to exp2 units and mask.
+    const int pbase = tile0 + warp * 16 + 2 * qd;
+    const bool need_mask = tile0 + BN > hi || tile0 + BN > seq_len - T + 1;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * a.scale_log2;
+        if (need_mask) {
+          const int pos = pbase + nt * 8 + (e & 1);
+          const int lim = e < 2 ? lim0 : lim1;
+          if (pos >= hi || pos > lim) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+    // Online softmax per accumulator row (h = 0: row r0, h = 1: row r0 + 8).
+    float alpha[2];
+    bool grew = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      alpha[h] = fast_exp2(m_run[h] - m_use);
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][2 * h] = fast_exp2(s[nt][2 * h] - m_use);
+        s[nt][2 * h + 1] = fast_exp2(s[nt][2 * h + 1] - m_use);
+        sum += s[nt][2 * h] + s[nt][2 * h + 1];
+      }
+      l_run[h] = l_run[h] * alpha[h] + sum;
+      grew |= m_new != m_run[h];
+      m_run[h] = m_new;
+    }
+    uint32_t pa[4];
+    pa[0] = pack_bf16(s[0][0], s[0][1]);
+    pa[1] = pack_bf16(s[0][2], s[0][3]);
+    pa[2] = pack_bf16(s[1][0], s[1][1]);
+    pa[3] = pack_bf16(s[1][2], s[1][3]);
+    // O rescale only when a running max of the warp changed (rare after the first tiles).
+    if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+      for (int j = 0; j < HD / 8; ++j) {
+        acc[j][0] *= alpha[0];
+        acc[j][1] *= alpha[0];
+        acc[j][2] *= alpha[1];
+        acc[j][3] *= alpha[1];
+      }
+    }
+    // O += P V: two n8 tiles of head dims per ldmatrix.x4.trans.
+#pragma unroll
+    for (int j2 = 0; j2 < HD / 16; ++j2) {
+      uint32_t vb[4];
+      ldsm_x4_t(vb, sv + v_off + (((2 * j2 + v_c) ^ v_x) << 4));
+      mma_16816(acc[2 * j2], pa, vb[0], vb[1]);
+      mma_16816(acc[2 * j2 + 1], pa, vb[2], vb[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp done with the pipeline bytes: reuse them for the combine
+
+  // Combine the warps' partial results: M = max_w m_w, L = sum_w l_w 2^(m_w - M).
+  float* red_m = reinterpret_cast<float*>(smem);  // [WARPS][16]
+  float* red_l = red_m + WARPS * 16;               // [WARPS][16]
+  float* obuf = red_l + WARPS * 16;                // [WARPS][16][HD]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  if (qd == 0) {
+    red_m[warp * 16 + r0] = m_run[0];
+    red_m[warp * 16 + r0 + 8] = m_run[1];
+    red_l[warp * 16 + r0] = l_run[0];
+    red_l[warp * 16 + r0 + 8] = l_run[1];
+  }
+  __syncthreads();
+  auto row_max = [&](int r) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) m = fmaxf(m, red_m[w * 16 + r]);
+    return m;
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float big = row_max(r0 + 8 * h);
+    const float f = m_run[h] == -INFINITY ? 0.f : exp2f(m_run[h] - big);
+    float* dst = obuf + (warp * 16 + r0 + 8 * h) * HD + 2 * qd;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h] * f, acc[j][2 * h + 1] * f);
+    }
+  }
+  __syncthreads();
+  const bool direct = a.splits == 1;
+  for (int i = tid; i < rows_m * (HD / 4); i += NT) {
+    const int r = i / (HD / 4);
+    const int c4 = i % (HD / 4);
+    const float big = row_max(r);
+    float tot = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float mw = red_m[w * 16 + r];
+      tot += mw == -INFINITY ? 0.f : red_l[w * 16 + r] * exp2f(mw - big);
+    }
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(obuf + (w * 16 + r) * HD + 4 * c4);
+      o.x += x.x;
+      o.y += x.y;
+      o.z += x.z;
+      o.w += x.w;
+    }
+    const float inv = tot > 0.f ? 1.f / tot : 0.f;
+    o.x *= inv;
+    o.y *= inv;
+    o.z *= inv;
+    o.w *= inv;
+    const int64_t orow = qrow(r);
+    if (direct) {
+      uint2 pk;
+      pk.x = pack_bf16(o.x, o.y);
+      pk.y = pack_bf16(o.z, o.w);
+      *reinterpret_cast<uint2*>(a.out + orow * HD + 4 * c4) = pk;
+    } else {
+      const int64_t part = orow * a.splits + split;
+      *reinterpret_cast<float4*>(a.po + part * HD + 4 * c4) = o;
+      if (c4 == 0) a.plse[part] = tot > 0.f ? big + log2f(tot) : -INFINITY;
+    }
+  }
+#endif  // DK_ATTN_DEC_BODY
+}
+
+// Combines the splits of one (token, head): out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)
+// over the splits with a finite lse (none: zero output, the padding rows). HD / 4 threads.
+template <int HD>
+__global__ void __launch_bounds__(HD / 4) decode_merge_kernel(const float* __restrict__ po,
+                                                             const float* __restrict__ plse,
+                                                             __nv_bfloat16* __restrict__ out,
+                                                             int splits) {
+#ifdef DK_ATTN_DEC_BODY
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of decode_kernel: wait until it completed and its
+  // partials are visible.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const int64_t row = blockIdx.x;  // (token, head)
+  const float* lse = plse + row * splits;
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, lse[s]);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float l = lse[s];
+    if (l == -INFINITY) continue;
+    const float w = exp2f(l - big);
+    const float4 x = *reinterpret_cast<const float4*>(po + (row * splits + s) * HD + 4 * threadIdx.x);
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+    acc.z += w * x.z;
+    acc.w += w * x.w;
+    wsum += w;
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  uint2 pk;
+  pk.x = pack_bf16(acc.x * inv, acc.y * inv);
+  pk.y = pack_bf16(acc.z * inv, acc.w * inv);
+  *reinterpret_cast<uint2*>(out + row * HD + 4 * threadIdx.x) = pk;
+#endif
+}
+
+// Whether the kernels run from sm_90 code on the current device (not a JIT of a lower arch's
+// PTX, whose body is empty). Cached per device.
+template <int HD, int VAR>
+dk_status prepare(int dev) {
+  static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 unsupported (zero-initialized)
+  if (dev < 0 || dev >= 64) return DK_ERR_NO_KERNEL_IMAGE;
+  if (state[dev].load(std::memory_order_acquire) == 0) {
+    cudaFuncAttributes attr;
+    cudaFuncAttributes mattr;
+    if (cudaFuncGetAttributes(&attr, decode_kernel<HD, VAR>) != cudaSuccess ||
+        cudaFuncGetAttributes(&mattr, decode_merge_kernel<HD>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      state[dev] = 2;
+    } else if (attr.binaryVersion != 90 || attr.ptxVersion < 80) {
+      state[dev] = 2;
+    } else if (cudaFuncSetAttribute(decode_kernel<HD, VAR>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem_bytes<HD, VAR>())) != cudaSuccess) {
+      (void)cudaGetLastError();
+      state[dev] = 2;
+    } else {
+      state[dev] = 1;
+    }
+  }
+  return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
+}
+
+template <int HD, int VAR>
+dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    set_last_cuda_error(static_cast<int>(cudaGetLastError()));
+    return DK_ERR_CUDA;
+  }
+  const dk_status st = prepare<HD, VAR>(dev);
+  if (st != DK_OK) return st;
+  Args a;
+  a.q = reinterpret_cast<const __nv_bfloat16*>(p.q);
+  a.k = reinterpret_cast<const __nv_bfloat16*>(p.k_cache);
+  a.v = reinterpret_cast<const __nv_bfloat16*>(p.v_cache);
+  a.out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  a.seq_lens = reinterpret_cast<const int*>(p.seq_lens);
+  a.table = reinterpret_cast<const int*>(p.page_table);
+  const int64_t tok = p.num_rows * p.n_new;
+  a.po = reinterpret_cast<float*>(p.workspace);
+  a.plse = p.workspace == 0 ? nullptr : a.po + tok * p.n_q_heads * p.num_splits * HD;
+  a.n_new = int(p.n_new);
+  a.hq = int(p.n_q_heads);
+  a.hkv = int(p.n_kv_heads);
+  a.group = int(p.n_q_heads / p.n_kv_heads);
+  a.page_size = int(p.page_size);
+  a.max_pages = int(p.max_pages);
+  a.num_pages = int(p.num_pages);
+  a.splits = int(p.num_splits);
+  a.scale_log2 = p.scale * 1.4426950408889634f;
+  decode_kernel<HD, VAR><<<dim3(unsigned(p.num_rows), unsigned(p.n_kv_heads),
+                               unsigned(p.num_splits)),
+                          Cfg<HD, VAR>::WARPS * 32, smem_bytes<HD, VAR>(), stream>>>(a);
+  dk_status s = launch_status();
+  if (s != DK_OK || p.num_splits == 1) return s;
+  // Programmatic dependent launch: the merge grid's launch overlaps the tail of the split
+  // kernel (it waits in griddepcontrol.wait); also inside CUDA graphs.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(tok * p.n_q_heads));
+  cfg.blockDim = dim3(HD / 4);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, decode_merge_kernel<HD>,
+                                           static_cast<const float*>(a.po),
+                                           static_cast<const float*>(a.plse), a.out, a.splits);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    set_last_cuda_error(static_cast<int>(e));
+    return DK_ERR_CUDA;
+  }
+  return DK_OK;
+}
+
+// Automatic configuration (variant -1): the split count s <= num_splits whose CTA count
+// W * s (W = rows x kv heads) spreads most evenly over the SMs (CTAs / (ceil(CTAs / SMs) * SMs),
+// the smallest s within 0.04 of the best), then variant 0 (4 warps x 3 stages, the most bytes in
+// flight per CTA) when that is at most one CTA per SM, else variant 3 (2 warps x 2 stages, three
+// CTAs per SM). From the H200 sweep of 2026-12-01: e.g. 27B TP1 16 rows -> 2 splits of variant 0
+// (128 CTAs), 64 rows -> 1 split of variant 3 (256 CTAs), 1 row -> 32-33 splits of variant 0.
+// Depends only on rows, kv heads, num_splits and the SM count: fixed per CUDA-graph bucket.
+struct Pick {
+  int variant;
+  int64_t splits;
+};
+inline Pick auto_config(int64_t rows, int64_t hkv, int64_t max_splits, int sms) {
+  const int64_t w = rows * hkv;
+  auto balance = [&](int64_t ctas) {
+    const int64_t waves = (ctas + sms - 1) / sms;
+    return double(ctas) / double(waves * sms);
+  };
+  const int64_t cap = max_splits < 4 * int64_t(sms) ? max_splits : 4 * int64_t(sms);
+  double best = 0.0;
+  for (int64_t s = 1; s <= cap; ++s) best = balance(w * s) > best ? balance(w * s) : best;
+  int64_t pick = 1;
+  for (int64_t s = 1; s <= cap; ++s) {
+    if (balance(w * s) >= best - 0.04) {
+      pick = s;
+      break;
+    }
+  }
+  return Pick{(w * pick + sms - 1) / sms <= 1 ? 0 : 3, pick};
+}
+
+// Multiprocessor count of `dev`, cached (0 if unknown).
+inline int sm_count(int dev) {
+  static std::atomic<int> cache[64];
+  if (dev < 0 || dev >= 64) return 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+}  // namespace attn_dec
+}  // namespace dk
+
+extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_stream_t stream) {
+  if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
+  if (p->n_kv_heads <= 0 || p->n_q_heads <= 0 || p->n_q_heads % p->n_kv_heads != 0 ||
+      p->n_kv_heads > 65535 || p->num_rows <= 0 || p->num_rows > 0x7fffffffLL || p->n_new <= 0 ||
+      (p->n_q_heads / p->n_kv_heads) * p->n_new > 16 || p->page_size <= 0 ||
+      p->max_pages <= 0 || p->num_pages <= 0 || p->num_pages > 0x7fffffffLL ||
+      p->num_splits <= 0 || p->num_splits > 65535 || p->variant < -1 ||
+      p->variant >= dk::attn_dec::kVariants) {
+    return DK_ERR_INVALID_ARGUMENT;
+  }
+  // Positions and cache row indices are 32-bit inside the kernel.
+  if (p->max_pages * p->page_size > 0x7fffffffLL || p->num_pages * p->page_size > 0x7fffffffLL) {
+    return DK_ERR_INVALID_ARGUMENT;
+  }
+  for (uint64_t ptr : {p->q, p->k_cache, p->v_cache, p->out}) {
+    if (ptr == 0 || ptr % 16 != 0) return DK_ERR_INVALID_ARGUMENT;
+  }
+  if (p->seq_lens == 0 || p->page_table == 0) return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_splits > 1 && (p->workspace == 0 || p->workspace % 16 != 0)) {
+    return DK_ERR_INVALID_ARGUMENT;
+  }
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  namespace d = dk::attn_dec;
+  DkAttnDecodeSm90Params cfg = *p;
+  if (cfg.variant == -1) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+      dk::set_last_cuda_error(static_cast<int>(cudaGetLastError()));
+      return DK_ERR_CUDA;
+    }
+    const int sms = d::sm_count(dev);
+    const d::Pick pick =
+        d::auto_config(cfg.num_rows, cfg.n_kv_heads, cfg.num_splits, sms > 0 ? sms : 132);
+    cfg.variant = pick.variant;
+    cfg.num_splits = pick.splits;  // <= num_splits: the workspace holds it
+  }
+  p = &cfg;
+  switch (p->head_dim) {
+    case 64:  // one tile configuration: `variant` ignored
+      return d::launch<64, 0>(*p, s);
+    case 128:
+      switch (p->variant) {
+        case 0:
+          return d::launch<128, 0>(*p, s);
+        case 1:
+          return d::launch<128, 1>(*p, s);
+        case 2:
+          return d::launch<128, 2>(*p, s);
+        case 3:
+          return d::launch<128, 3>(*p, s);
+        case 4:
+          return d::launch<128, 4>(*p, s);
+        case 5:
+          return d::launch<128, 5>(*p, s);
+        case 6:
+          return d::launch<128, 6>(*p, s);
+        default:
+          return d::launch<128, 7>(*p, s);
+      }
+    case 256:
+      switch (p->variant) {
+        case 0:
+          return d::launch<256, 0>(*p, s);
+        case 1:
+          return d::launch<256, 1>(*p, s);
+        case 2:
+          return d::launch<256, 2>(*p, s);
+        case 3:
+          return d::launch<256, 3>(*p, s);
+        case 4:
+          return d::launch<256, 4>(*p, s);
+        case 5:
+          return d::launch<256, 5>(*p, s);
+        case 6:
+          return d::launch<256, 6>(*p, s);
+        default:
+          return d::launch<256, 7>(*p, s);
+      }
+    default:
+      return DK_ERR_UNSUPPORTED;
+  }
+}
