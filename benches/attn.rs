@@ -217,6 +217,10 @@ fn quick() {
             for (v, name) in [(0u8, "sm90v0"), (5, "sm90v5")] {
                 kernels.push((PrefillKernel::Sm90Variant(v), name));
             }
+            // DELTAKIT_BENCH_PREFILL_TMA=1: also variant 9 (TMA loads; first GPU run pending).
+            if std::env::var("DELTAKIT_BENCH_PREFILL_TMA").is_ok_and(|v| v == "1") {
+                kernels.push((PrefillKernel::Sm90Variant(9), "sm90v9"));
+            }
         }
         // Triton at 27B TP1 up to 8k (its 32k run alone would take seconds).
         if id.starts_with("27b_tp1/") && !id.contains("32768") {

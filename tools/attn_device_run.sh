@@ -8,8 +8,9 @@
 #
 # Binaries come from .attn-kit/ (git-ignored; built here by tools/attn_device_run.sh --pack):
 #   tools/attn_device_run.sh --pack      # on the build host: cargo build + copy + strip
-#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tests sanitize bench ncu ncudec
-#                                        # ncuq (default: tests sanitize bench ncu)
+#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tma tests sanitize bench ncu
+#                                        # ncudec ncuq (default: tests sanitize bench ncu); tma
+#                                        # first tries prefill variant 9 and adds it if it passes
 # DELTAKIT_BENCH_PART=decode (or prefill) runs half of the bench sweep.
 # Order: tests, bench (+ SDPA anchors), sanitize, ncu. DELTAKIT_BENCH_FILTER=/ keeps every prefill
 # shape and skips the decode sweep (round 2: the sm90 tile-variant sweep).
@@ -45,6 +46,22 @@ export DELTAKIT_REQUIRE_GPU=1
 export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin"
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+if [[ " $steps " == *" tma "* ]]; then
+  # Prefill variant 9 (TMA loads), first GPU runs: the small cases with it under a short timeout
+  # (a byte-count mismatch would hang), then memcheck; if they pass, every later test and the
+  # prefill bench include it (DELTAKIT_TEST_PREFILL_TMA / DELTAKIT_BENCH_PREFILL_TMA).
+  DELTAKIT_TEST_PREFILL_TMA=1 DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=0 timeout 30 "$kit/attn_test" \
+    prefill_kernels_small_cases_for_sanitizer >"$OUT/tma.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then
+    DELTAKIT_TEST_PREFILL_TMA=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >>"$OUT/tma.log" 2>&1
+    rc=$?
+    [[ $rc -eq 0 ]] && export DELTAKIT_TEST_PREFILL_TMA=1 DELTAKIT_BENCH_PREFILL_TMA=1
+  fi
+  grep -E "panicked|ERROR SUMMARY|test result" "$OUT/tma.log" | head -5
+  summary+=("tma (prefill variant 9) small cases + memcheck rc=$rc")
+fi
 if [[ " $steps " == *" tests "* ]]; then
   # Hang triage first: the small cases (every kernel and schedule) take ~1 s; if they time out,
   # rerun them without the ping-pong schedule and leave it out of everything after.

@@ -37,6 +37,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <cuda.h>  // CUtensorMap and its enums (the encoder is fetched from the driver at run time)
+
 #include <atomic>
 
 #include "../common/launch.cuh"
@@ -65,9 +67,16 @@ constexpr int kBM = 128;
 //      next K tile no longer waits behind the release of the V stage, which comes later);
 //   7: as 5 with FAST softmax (max of the raw scores, one FFMA per score for scale and shift;
 //      the 128-register O rescale skipped when no row max of the warp changed; scale > 0 only);
-//   8: as 5 with both.
+//   8: as 5 with both;
+//   9: as 7 with the K/V tiles loaded by the tensor-memory accelerator (TMA): the producer's
+//      thread 0 issues cp.async.bulk.tensor (3-D descriptors of the caches as [rows][HKV][HD],
+//      box 16 positions x 64 dims, 128B swizzle: exactly the tile layout the wgmma descriptors
+//      read) per 16-position page run and 64-dim column block, completion counted in bytes on the
+//      stage's full mbarrier; the last (partial) tile of a block and page sizes not a multiple of
+//      16 keep the cp.async path (zero fill past the causal end). CPU-compiled and SASS-checked
+//      only (2026-12-01 session 3): not yet run on a GPU, not dispatched by default.
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-constexpr int kVariants = 9;
+constexpr int kVariants = 10;
 template <int HD, int VAR>
 struct Cfg;
 template <int VAR>
@@ -78,7 +87,8 @@ struct Cfg<256, VAR> {
   static constexpr int PROD_REGS = VAR >= 4 ? 56 : 40;
   static constexpr int CONS_REGS = VAR >= 4 ? 224 : 232;
   static constexpr bool REORDER = VAR == 6 || VAR == 8;
-  static constexpr bool FAST = VAR == 7 || VAR == 8;
+  static constexpr bool FAST = VAR == 7 || VAR == 8 || VAR == 9;
+  static constexpr bool TMA = VAR == 9;
 };
 template <int VAR>
 struct Cfg<128, VAR> {
@@ -89,6 +99,7 @@ struct Cfg<128, VAR> {
   static constexpr int CONS_REGS = 232;
   static constexpr bool REORDER = false;
   static constexpr bool FAST = false;
+  static constexpr bool TMA = false;
 };
 template <int VAR>
 struct Cfg<64, VAR> {
@@ -99,6 +110,7 @@ struct Cfg<64, VAR> {
   static constexpr int CONS_REGS = 232;
   static constexpr bool REORDER = false;
   static constexpr bool FAST = false;
+  static constexpr bool TMA = false;
 };
 
 template <int HD, int VAR>
@@ -115,6 +127,10 @@ struct Args {
   DkAttnPrefillSm90Params p;
   int64_t max_m_blocks;
   int group;
+  // Variant 9 (TMA): descriptors of the K and V caches as bf16 [num_pages * page_size][HKV][HD]
+  // (dims innermost first: HD, HKV, rows), box 64 x 1 x 16, 128B swizzle. Unused otherwise.
+  CUtensorMap tmap_k;
+  CUtensorMap tmap_v;
 };
 
 #ifdef DK_ATTN_SM90A
@@ -154,6 +170,19 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
 }
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// One TMA tile load (3-D descriptor in kernel-parameter space), completion as bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -374,6 +403,39 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       const int s = j % ST;
       // K of tile j - ST is free once its QK^T product completed, V once its PV product did.
       if (j >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), uint32_t((j / ST) - 1) & 1u);
+      if constexpr (Cfg<HD, VAR>::TMA) {
+        // A whole tile of real positions (the launcher guarantees page_size % 16 == 0, so each
+        // 16-position run lies in one page): thread 0 issues BN / 16 x HD / 64 TMA loads and
+        // announces TILE bytes; the other 127 producer threads only arrive.
+        if ((j + 1) * BN <= kv_end) {
+          const uint32_t fb = kv == 0 ? full_k(s) : full_v(s);
+          if (tid == 0) {
+            const int total_rows = int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));
+            int crow[BN / 16];
+#pragma unroll
+            for (int g = 0; g < BN / 16; ++g) {
+              const int pos = j * BN + 16 * g;
+              const int page = __ldg(table + pos / ps);
+              // Out-of-range page ids load zeros (a fully out-of-bounds box).
+              crow[g] = (page >= 0 && page < num_pages) ? page * ps + pos % ps : total_rows;
+            }
+            mbar_arrive_expect_tx(fb, TILE);
+            const CUtensorMap* map = kv == 0 ? &a.tmap_k : &a.tmap_v;
+            const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE;
+#pragma unroll
+            for (int g = 0; g < BN / 16; ++g) {
+#pragma unroll
+              for (int cblk = 0; cblk < HD / 64; ++cblk) {
+                tma_load_3d(tile + uint32_t(cblk * BN * 128 + g * 16 * 128), map, cblk * 64,
+                            int(kvh), crow[g], fb);
+              }
+            }
+          } else {
+            mbar_arrive(fb);
+          }
+          return;
+        }
+      }
       const __nv_bfloat16* cache = kv == 0 ? kc : vc;
       const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cb;
 #pragma unroll 4
@@ -682,6 +744,43 @@ dk_status prepare(int dev) {
   return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
 }
 
+// cuTensorMapEncodeTiled from the driver (cudart's entry-point query: no libcuda link).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline EncodeTiledFn encode_tiled() {
+  static std::atomic<EncodeTiledFn> fn{nullptr};
+  EncodeTiledFn f = fn.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    void* raw = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &raw, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && raw != nullptr) {
+      f = reinterpret_cast<EncodeTiledFn>(raw);
+      fn.store(f, std::memory_order_release);
+    } else {
+      (void)cudaGetLastError();
+    }
+  }
+  return f;
+}
+// TMA descriptor of a cache: bf16 [rows][hkv][hd] viewed innermost-first as (hd, hkv, rows), box
+// 64 dims x 1 head x 16 positions, 128B swizzle (the layout of one column block of a tile).
+inline bool encode_cache_map(CUtensorMap* m, uint64_t cache, int64_t hd, int64_t hkv,
+                             int64_t rows) {
+  const EncodeTiledFn f = encode_tiled();
+  if (f == nullptr || rows <= 0 || rows > 0x7fffffffLL) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(hd), cuuint64_t(hkv), cuuint64_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(hd * 2), cuuint64_t(hkv * hd * 2)};
+  const cuuint32_t box[3] = {64, 1, 16};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, reinterpret_cast<void*>(cache), dims, strides,
+           box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <int HD, bool PP, int VAR>
 dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   int dev = 0;
@@ -694,6 +793,16 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   Args a;
   a.p = p;
   a.group = int(p.n_q_heads / p.n_kv_heads);
+  if constexpr (Cfg<HD, VAR>::TMA) {
+    // Page runs of 16 positions must not cross pages; else (or without the encoder) the same
+    // tiles with cp.async (variant 7).
+    const int64_t rows = p.num_pages * p.page_size;
+    if (p.page_size % 16 != 0 ||
+        !encode_cache_map(&a.tmap_k, p.k_cache, HD, p.n_kv_heads, rows) ||
+        !encode_cache_map(&a.tmap_v, p.v_cache, HD, p.n_kv_heads, rows)) {
+      return launch<HD, PP, 7>(p, stream);
+    }
+  }
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -751,6 +860,9 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
         case 7:
           if (!pp) return DK_ERR_UNSUPPORTED;
           return p->scale > 0.f ? a::launch<256, true, 7>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 9:
+          if (!pp) return DK_ERR_UNSUPPORTED;
+          return p->scale > 0.f ? a::launch<256, true, 9>(*p, s) : a::launch<256, true, 5>(*p, s);
         default:
           if (!pp) return DK_ERR_UNSUPPORTED;
           return p->scale > 0.f ? a::launch<256, true, 8>(*p, s) : a::launch<256, true, 6>(*p, s);

@@ -91,8 +91,10 @@ typedef struct DkAttnPrefillSm90Params {
    * stages, late P; 3 = 48, 3 stages, late P; 4 = as 2 with 56 producer / 224 consumer registers;
    * 5 = as 1 with those registers; 6 = as 5, the producer loading K one tile ahead of V; 7 = as
    * 5 with the fast softmax (raw-score max, FFMA exponents, O rescale skipped when no row max
-   * changed; needs scale > 0, else variant 5 runs); 8 = 6 + 7. Variants 1-8 need schedule 1 (else
-   * DK_ERR_UNSUPPORTED); outside 0..=8: DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
+   * changed; needs scale > 0, else variant 5 runs); 8 = 6 + 7; 9 = 7 with TMA loads of the K/V
+   * tiles (cp.async.bulk.tensor, 128B swizzle; page_size % 16 != 0 runs 7; not yet run on a GPU).
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); outside 0..=9:
+   * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
 

@@ -456,8 +456,9 @@ pub enum PrefillKernel {
     /// consumer registers; 5: as 1 with those registers; 6: as 5 with the producer
     /// loading K one tile ahead of V; 7: as 5 with the fast softmax (raw-score max, one FFMA per
     /// exponent, O rescale skipped when no row max changed; scale > 0, else 5 runs; the default);
-    /// 8: 6 + 7.
-    /// Same results up to rounding. Values above 8 are rejected ([`crate::Error::Shape`] naming
+    /// 8: 6 + 7; 9: as 7 with the K/V tiles loaded by TMA (`cp.async.bulk.tensor`, 128B swizzle;
+    /// page sizes not a multiple of 16 run 7) -- compiled and SASS-checked, not yet run on a GPU.
+    /// Same results up to rounding. Values above 9 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -475,7 +476,7 @@ const SM90_DEFAULT_SCHEDULE: i32 = 1;
 const SM90_DEFAULT_VARIANT: i32 = 7;
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 8;
+const SM90_MAX_VARIANT: u8 = 9;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -499,7 +500,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=8", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=9", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
