@@ -84,6 +84,9 @@ def parse_args():
     p.add_argument("--barrier", default="", help="DIR:N: after the first calls, wait until N processes reached DIR "
                    "(so that no process times while another still compiles / autotunes on the GPU)")
     p.add_argument("--merge", nargs="*", default=None, help="print one table of these result files and exit")
+    p.add_argument("--sm90-state", action="store_true",
+                   help="check + time the sm_90a CUDA state pass (csrc/gdr/chunk_prefill_sm90.cu, in --dk-lib) against "
+                   "the Triton W-split state pass on the same workspace")
     return p.parse_args()
 
 
@@ -338,6 +341,55 @@ PREFILL_VARIANTS = {
 NARROW_MAX_ROWS = 33  # STATE_NARROW_MAX_ROWS of the wrapper
 
 
+class StateSm90Params(ctypes.Structure):
+    """csrc/gdr/chunk_prefill_sm90.h DkGdrStateSm90Params."""
+    _fields_ = [(n, ctypes.c_uint64) for n in ("k", "w", "u", "gcum", "h", "state", "cu_seqlens", "slots", "init",
+                                               "coff")] + \
+        [(n, ctypes.c_int64) for n in ("num_tokens", "num_seqs", "num_slots", "h_k", "h_v", "k_dim", "v_dim",
+                                       "k_stride")] + [("use_l2", ctypes.c_int32), ("init_mode", ctypes.c_int32)]
+
+
+def sm90_state_check(aot, cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, lens):
+    """The sm_90a CUDA state pass vs the Triton W-split state pass (BV 32) on one workspace: relative errors of h
+    (per-chunk states), D (over U) and the final states, and both GPU times."""
+    res = {}
+    f = getattr(aot.lib, "dk_gdr_chunk_state_sm90", None)
+    if f is None:
+        return {"error": "dk_gdr_chunk_state_sm90 not in the library"}
+    f.argtypes = [ctypes.POINTER(StateSm90Params), ctypes.c_void_p]
+    sv = dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, t, {"pipe": "wsplit", "state_bv": 32},
+                       aot=aot)
+    ws = sv.ws
+    sv("mkvw")
+    torch.cuda.synchronize()
+    u0, p0 = ws["u"].clone(), pool.clone()
+    nch = sum((L + 63) // 64 for L in lens)
+    hsz = nch * hv * K * V
+    ws["h"].fill_(float("nan"))
+    sv("s")
+    torch.cuda.synchronize()
+    ref = (ws["h"][:hsz].clone(), ws["u"].clone(), pool.clone())
+    ws["u"].copy_(u0)
+    pool.copy_(p0)
+    ws["h"].fill_(float("nan"))
+    prm = StateSm90Params(k.data_ptr(), sv.wbuf.data_ptr(), ws["u"].data_ptr(), ws["gcum"].data_ptr(), ws["h"].data_ptr(),
+                          pool.data_ptr(), cu.data_ptr(), slots.data_ptr(), slots.data_ptr(), ws["coff"].data_ptr(),
+                          t, n, pool.shape[0], hk, hv, K, V, hk * K, 1, 1)
+
+    def call():
+        st = f(ctypes.byref(prm), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if st != 0:
+            raise RuntimeError(f"dk_gdr_chunk_state_sm90 status {st}")
+    call()
+    torch.cuda.synchronize()
+    res["relerr_h"] = rel(ws["h"][:hsz], ref[0])
+    res["relerr_d"] = rel(ws["u"], ref[1])
+    res["relerr_state"] = rel(pool, ref[2])
+    res["triton_state_ms"] = gpu_ms(lambda: sv("s"), reps=10)
+    res["sm90_state_ms"] = gpu_ms(call, reps=10)
+    return res
+
+
 class DkAot:
     """The AOT C launchers of libdk_gdr_bench.so (dk_triton_<name>(stream, gx, gy, gz, args..) -> status), with
     argument types from the manifests' signatures in the kernels' declaration order (as triton_aot/aot.py)."""
@@ -422,6 +474,7 @@ def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, 
                 aot(st_name, (n, hv, V // sbv), *sargs)
             if "o" in which:
                 aot("gdr_chunk_out_k128v128", (nt, hv, V // bvo), *oargs)
+        stages.ws, stages.wbuf = ws, wbuf
         return stages
 
     def opt(name, extra=None, nw=None, ns_=None, maxnreg=None):
@@ -534,6 +587,12 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens, prepass=False):
                         rv["stage_s_ms"] = gpu_ms(lambda: sv("s"), reps=10)
                     except Exception as e:  # noqa: BLE001
                         rv["error"] = err_text(e)
+            if ARGS.sm90_state and aot is not None:
+                try:
+                    row["dk:sm90_state"] = sm90_state_check(aot, cp, ents, q, k, v, glog, beta32, cu32, slots, pool, o,
+                                                            hk, hv, n, t, lens)
+                except Exception as e:  # noqa: BLE001
+                    row["dk:sm90_state"] = {"error": err_text(e)}
         except Exception as e:  # noqa: BLE001
             r["error"] = err_text(e)
             print(traceback.format_exc()[-2000:], file=sys.stderr)
@@ -781,9 +840,12 @@ def table():
             lines.append(f"| {row['case']} | {f(dk)} | {f(fi)} | {f(fl)} | {sp(fi)} | {sp(fl)} | {er} |")
             st_ = " ".join(f"{s_}={dk[f'stage_{s_}_ms'] * 1e3:.0f}us" for s_ in "mkvwso" if f"stage_{s_}_ms" in dk)
             vs = "; ".join(f"{k_[3:]}: " + " ".join(f"{x}={row[k_][x] * 1e3:.0f}us" for x in ("ms", "stage_k_ms", "stage_v_ms",
-                                                                                              "stage_w_ms", "stage_s_ms")
+                                                                                              "stage_w_ms", "stage_s_ms",
+                                                                                              "triton_state_ms", "sm90_state_ms")
                                                      if x in row[k_]) +
-                           f" (err o {row[k_].get('relerr_o_vs_dk', -1):.1e} S {row[k_].get('relerr_s_vs_dk', -1):.1e})"
+                           (f" (err h {row[k_].get('relerr_h', -1):.1e} D {row[k_].get('relerr_d', -1):.1e} S "
+                            f"{row[k_].get('relerr_state', -1):.1e})" if k_ == "dk:sm90_state" else
+                            f" (err o {row[k_].get('relerr_o_vs_dk', -1):.1e} S {row[k_].get('relerr_s_vs_dk', -1):.1e})") +
                            f"{' ' + row[k_]['error'][:60] if 'error' in row[k_] else ''}"
                            for k_ in row if k_.startswith("dk:"))
             notes.append(f"{row['case']}: deltakit stages (m map, k kkt_solve, v solve, w wu, s state, o out) {st_}; "

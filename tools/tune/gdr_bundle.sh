@@ -5,7 +5,8 @@
 #   libdk_gdr_bench.so    the AOT Triton launchers of gdr.chunk_prefill's K = V = 128 entries (the library's
 #                         cubins, from triton_aot/manifest.toml, plus the pipeline variants of
 #                         tools/tune/gdr_prefill_variants.toml), conv1d.prefill / conv1d.update (with their forced
-#                         configurations) and norm.* — so the harness times the library's own kernels with no
+#                         configurations), norm.* and the sm_90a CUDA state pass (csrc/gdr/chunk_prefill_sm90.cu,
+#                         not dispatched yet) — so the harness times the library's own kernels with no
 #                         Triton JIT compile on the GPU host.
 # Run from the repository root after `tools/setup-toolchain`. Keep .gpu-gdr + the anchor kit + the tree under the
 # 64 MiB a device call carries (the full kit does not fit beside the tree: tools/tune/gdr_device_call.sh stash).
@@ -75,7 +76,8 @@ PY
 "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
   -Itriton_aot/runtime -I"$gen" -I"$cu/include" -L"$cu/lib" -o .gpu-gdr/libdk_gdr_bench.so \
   "$gen"/dk_triton_*.c triton_aot/runtime/dk_triton_runtime.c tools/tune/conv1d_tune_lib.cu \
-  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu csrc/norm/rms_gated.cu csrc/common/status.cu -lpthread
+  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu csrc/norm/rms_gated.cu csrc/gdr/chunk_prefill_sm90.cu \
+  csrc/common/status.cu -lpthread
 rm -rf "$gen"
 strip .gpu-gdr/*.so || true
 du -sh .gpu-gdr/*

@@ -20,7 +20,7 @@
 #   anchors    one harness process per prefill shape ($PREFILL_SHAPES), each: first calls (FlashInfer compile, FLA
 #              autotune for $FLA_SHAPES) while the tests run, then -- after the tests, one process at a time
 #              (flock, after every process's first calls: --barrier) -- deltakit (library default + variants, AOT
-#              cubins), FlashInfer, FLA timed
+#              cubins), FlashInfer, FLA timed; HARNESS_ARGS are added (e.g. --sm90-state)
 #   streaming  conv1d / norm bandwidth vs the copy ceiling (in its own process, timed under the same lock)
 set -uo pipefail
 out="${OUT:-/tmp/gdr-call}"
@@ -75,7 +75,7 @@ if has anchors || has streaming; then
     for shape in ${PREFILL_SHAPES:-tp1 tp2 9b64k 9b8}; do
       fla=""
       for f in ${FLA_SHAPES:-tp1 tp2}; do [ "$f" = "$shape" ] && fla="--fla-prefill $shape"; done
-      hpy "$shape" 1 --libs "$libs" --prefill "$shape" --prefill-variants --prepass $fla --budget-s 400
+      hpy "$shape" 1 --libs "$libs" --prefill "$shape" --prefill-variants --prepass $fla --budget-s 400 ${HARNESS_ARGS:-}
     done
   fi
   has streaming && hpy streaming 0 --libs dk --skip-prefill --streaming --budget-s 400

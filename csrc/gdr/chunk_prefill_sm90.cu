@@ -1,0 +1,424 @@
+// gdr.chunk_prefill for sm_90a, first piece (issue 15): the STATE PASS as a persistent
+// warp-specialized CUDA kernel with the state resident on chip across chunks and W / K consumed
+// from shared memory by wgmma. NOT dispatched by the library yet: exported as
+// dk_gdr_chunk_state_sm90 for the same-process harness (tools/bench_anchors_gdr.py --sm90-state,
+// through .gpu-gdr/libdk_gdr_bench.so), which checks it against the Triton state pass
+// (gdr_chunk_state_k128v128_ws_bv32) on the same inputs. Design note: docs/gdr-chunk-prefill-sm90.md.
+//
+// Contract: the Triton state pass of triton_aot/gdr/chunk_prefill.py with W as bf16 hi / lo planes
+// (WSPLIT = 1), K = V = 128, after the kkt / solve / W/U passes filled the workspace. Per
+// (sequence, value head hv, BV = 64 value columns), with S the f32 state tile [K, BV]:
+//   for each 64-token chunk j of the sequence (tokens t0 .. min(t0 + 64, eos)):
+//     h[c0 + j, hv, :, cols] = bf16(S)                                 (per-chunk states, output pass)
+//     D = U_j - W_j S        W_j = W_hi + W_lo (bf16 planes), S = S_hi + S_lo: the three products
+//                            W_hi S_hi + (W_hi S_lo + W_lo S_hi) (as _mm_ff, PREC 4)
+//     u[rows, hv, cols] = D                                            (overwrites U in place)
+//     S = e^{g_last} S + K_j^T (D * dec[:, None]),  dec[t] = e^{g_last - gc[t]} * rn_k[t]
+//                            (K raw bf16, exact; D * dec split into bf16 hi + lo: two products)
+//   slot state read (init_mode 1 / per-sequence flag 2) or zeros (0); final S written back.
+// Same products and rounding points as the Triton kernel up to the f32 summation order inside the
+// tensor cores (the Triton kernel's dots are wgmma too).
+//
+// Layout of the work (one CTA per (sequence, head, 64 value columns); 256 threads):
+//   warpgroup 0 = producer: cp.async copies of chunk j+1's W hi / lo planes and K rows (64 x 128
+//     bf16 each, 128-byte-swizzled 64-column panels) into a 2-stage ring, signalled through
+//     mbarriers (cp.async.mbarrier.arrive), while the consumer works on chunk j;
+//   warpgroup 1 = consumer: holds S [128, 64] f32 in registers (two m64 accumulator tiles, 64
+//     registers), per chunk: S -> bf16 hi / lo in shared memory (MN-major B operand) + h store,
+//     D = W S as 24 wgmma m64n64k16 (A = W planes K-major, B = S MN-major), D = U - D with U read
+//     straight into the accumulator layout, D stored, D * dec -> bf16 hi / lo in shared memory,
+//     S = e^{g_last} S + K^T D' as 16 wgmma m64n64k16 (A = K^T: the K tile MN-major, B = D'
+//     MN-major), then the stage goes back to the producer.
+// Shared memory: 2 x (W hi + W lo + K = 48 KB) + S hi / lo 32 KB + D' hi / lo 16 KB + 0.5 KB.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "../common/launch.cuh"
+#include "chunk_prefill_sm90.h"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DK_GDR_SM90A 1
+#endif
+
+namespace dk {
+namespace gdr_sm90 {
+
+constexpr int kK = 128;         // key head dim
+constexpr int kV = 128;         // value head dim
+constexpr int kBV = 64;         // value columns per CTA
+constexpr int kBT = 64;         // tokens per chunk
+constexpr int kStages = 2;      // W / K ring depth
+constexpr int kThreads = 256;   // producer warpgroup + consumer warpgroup
+constexpr float kGFloor = 64.f;  // gates clamped at -64 by the kkt pass; factors <= e^-63 flush to 0
+
+// Shared-memory plan (byte offsets from a 1024-aligned base).
+constexpr uint32_t kPanel = kBT * 128;               // one 64-row x 64-column bf16 panel: 8 KB
+constexpr uint32_t kTileWK = 2 * kPanel;             // a 64 x 128 bf16 tile (W hi, W lo or K): 16 KB
+constexpr uint32_t kStageBytes = 3 * kTileWK;        // W hi, W lo, K: 48 KB
+constexpr uint32_t kOffS = kStages * kStageBytes;    // S hi, S lo: 128 rows x 128 B each (16 KB)
+constexpr uint32_t kOffD = kOffS + 2 * kK * 128;     // D' hi, D' lo: 64 rows x 128 B each (8 KB)
+constexpr uint32_t kOffRn = kOffD + 2 * kBT * 128;   // rn_k [64] f32
+constexpr uint32_t kOffBar = kOffRn + kBT * 4;       // full[kStages], empty[kStages] mbarriers
+constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
+
+struct Args {
+  DkGdrStateSm90Params p;
+};
+
+#ifdef DK_GDR_SM90A
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// 16-byte copy global -> shared; src_bytes = 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Consumer-warpgroup barrier (named barrier 1, 128 threads).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle (tile bases 1024-aligned).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64], bf16 in, f32 accumulate, both from shared memory.
+// TA = 0: A K-major (rows of A contiguous along K); TA = 1: A MN-major (transposed). B MN-major.
+template <int TA>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d), "n"(TA));
+}
+
+// Byte offset of element (row, col) of a 128-byte-swizzled panel (rows of 64 bf16).
+__device__ __forceinline__ uint32_t swz(uint32_t row, uint32_t col) {
+  return row * 128 + ((((col * 2) >> 4) ^ (row & 7)) << 4) + ((col * 2) & 15);
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+// (hi, lo) bf16 split of two f32 values, packed: hi + lo = x to ~2^-17 relative (as Triton's _split).
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+// exp(x) for a decay exponent x <= 0, flushed to 0 at or below -(G_FLOOR - 1) and for NaN (Triton _dexp).
+__device__ __forceinline__ float dexp(float x) { return x > 1.f - kGFloor ? __expf(x) : 0.f; }
+#endif  // DK_GDR_SM90A
+
+__global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constant__ Args a) {
+#ifdef DK_GDR_SM90A
+  const DkGdrStateSm90Params& p = a.p;
+  const int64_t seq = blockIdx.x;
+  const int64_t hv = blockIdx.y;
+  const int vb = blockIdx.z;
+  const int64_t slot = reinterpret_cast<const int32_t*>(p.slots)[seq];
+  if (slot < 0 || slot >= p.num_slots) return;  // padding sequence: nothing to do (the output pass zeroes it)
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  const int64_t T = p.num_tokens;
+  const int64_t bos = min(max(int64_t(cu[seq]), int64_t(0)), T);
+  const int64_t eos = min(max(int64_t(cu[seq + 1]), bos), T);
+  const int64_t c0 = reinterpret_cast<const int*>(p.coff)[seq];
+  const int64_t nc = int64_t(reinterpret_cast<const int*>(p.coff)[seq + 1]) - c0;
+  const int64_t HV = p.h_v;
+  const int64_t hk = hv / (HV / p.h_k);
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int t128 = tid % 128;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bar_full = base + kOffBar;            // + 8 * stage
+  const uint32_t bar_empty = base + kOffBar + 8 * kStages;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar_full + 8 * s, 128);  // the 128 producer threads' cp.async arrivals
+      mbar_init(bar_empty + 8 * s, 1);   // one consumer arrival
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
+  const __nv_bfloat16* wp = reinterpret_cast<const __nv_bfloat16*>(p.w);
+  if (wg == 0) {
+    // ---------------- producer: W hi / lo planes and K rows of chunk j into stage j % kStages.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    const int c16 = t128 % 16;  // 16-byte column chunk of a 256-byte row (128 bf16)
+    const int r0 = t128 / 16;   // first row; rows r0, r0 + 8, ..
+    for (int64_t j = 0; j < nc; ++j) {
+      const int st = int(j % kStages);
+      if (j >= kStages) mbar_wait(bar_empty + 8 * st, uint32_t((j / kStages - 1) & 1));
+      const uint32_t sb = base + uint32_t(st) * kStageBytes;
+      const int64_t t0 = bos + j * kBT;
+#pragma unroll 2
+      for (int r = r0; r < kBT; r += 8) {
+        const int64_t tok = t0 + r;
+        const bool live = tok < eos;
+        const int64_t tc = live ? tok : bos;  // any valid address for the zero-fill copies
+        const uint32_t off = uint32_t(c16 / 8) * kPanel + swz(uint32_t(r), uint32_t((c16 % 8) * 8));
+        const __nv_bfloat16* wrow = wp + (tc * HV + hv) * (2 * kK);
+        cp_async_16(sb + off, wrow + c16 * 8, live ? 16u : 0u);                      // W hi
+        cp_async_16(sb + kTileWK + off, wrow + kK + c16 * 8, live ? 16u : 0u);       // W lo
+        cp_async_16(sb + 2 * kTileWK + off, kp + tc * p.k_stride + hk * kK + c16 * 8, live ? 16u : 0u);  // K
+      }
+      cp_async_arrive(bar_full + 8 * st);
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // ---------------- consumer (warpgroup 1)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int w = t128 / 32;  // warp of the warpgroup: accumulator rows 16 w .. 16 w + 15
+  const int l = t128 % 32;
+  const int ra = 16 * w + l / 4;   // accumulator rows ra and ra + 8 (of each m64 tile)
+  const int cb = 2 * (l % 4);      // accumulator columns 8 i + cb, + 1 (i = 0..7)
+  const float* gcum = reinterpret_cast<const float*>(p.gcum);
+  float* up = reinterpret_cast<float*>(p.u);
+  __nv_bfloat16* hp = reinterpret_cast<__nv_bfloat16*>(p.h);
+  float* sp = reinterpret_cast<float*>(p.state);
+  const int64_t col0 = int64_t(vb) * kBV;
+  // S [128, 64]: tile m (k rows 64 m ..) element (ra (+8), 8 i + cb (+1)) at s[m][4 i + {0, 1, 2, 3}]
+  // = (ra, c), (ra, c + 1), (ra + 8, c), (ra + 8, c + 1) (the wgmma accumulator fragment).
+  float s[2][32];
+  bool read = p.init_mode == 1;
+  if (p.init_mode == 2) read = reinterpret_cast<const int32_t*>(p.init)[seq] != 0;
+  const float* s_slot = sp + (slot * HV + hv) * (kK * kV) + col0;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = 64 * m + ra + 8 * hh;
+        float2 v = make_float2(0.f, 0.f);
+        if (read) v = *reinterpret_cast<const float2*>(s_slot + int64_t(row) * kV + 8 * i + cb);
+        s[m][4 * i + 2 * hh] = v.x;
+        s[m][4 * i + 2 * hh + 1] = v.y;
+      }
+  const uint32_t sS_hi = base + kOffS, sS_lo = sS_hi + kK * 128;
+  const uint32_t sD_hi = base + kOffD, sD_lo = sD_hi + kBT * 128;
+  const uint32_t sRn = base + kOffRn;
+  for (int64_t j = 0; j < nc; ++j) {
+    const int st = int(j % kStages);
+    const int64_t t0 = bos + j * kBT;
+    const uint32_t sb = base + uint32_t(st) * kStageBytes;
+    // (1) S -> bf16 hi / lo (MN-major B tiles: rows k, 64 value columns) + h = bf16(S) = S_hi.
+    __nv_bfloat16* hrow = hp + ((c0 + j) * HV + hv) * (kK * kV) + col0;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const uint32_t row = uint32_t(64 * m + ra + 8 * hh);
+          uint32_t hi, lo;
+          split2(s[m][4 * i + 2 * hh], s[m][4 * i + 2 * hh + 1], hi, lo);
+          st_shared_u32(sS_hi + swz(row, uint32_t(8 * i + cb)), hi);
+          st_shared_u32(sS_lo + swz(row, uint32_t(8 * i + cb)), lo);
+          *reinterpret_cast<uint32_t*>(hrow + int64_t(row) * kV + 8 * i + cb) = hi;
+        }
+    // Gates of this chunk's rows (token rows ra, ra + 8 of the D tile), g_last, U (issued early).
+    const int64_t tl = min(t0 + kBT - 1, eos - 1);
+    const float g_last = gcum[tl * HV + hv];
+    float gc[2], u[32];
+    bool live[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t tok = t0 + ra + 8 * hh;
+      live[hh] = tok < eos;
+      gc[hh] = live[hh] ? gcum[tok * HV + hv] : 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float2 v = make_float2(0.f, 0.f);
+        if (live[hh]) v = *reinterpret_cast<const float2*>(up + (tok * HV + hv) * kV + col0 + 8 * i + cb);
+        u[4 * i + 2 * hh] = v.x;
+        u[4 * i + 2 * hh + 1] = v.y;
+      }
+    }
+    fence_proxy_async();  // S tiles written by this warpgroup -> visible to the tensor cores
+    consumer_sync();
+    mbar_wait(bar_full + 8 * st, uint32_t((j / kStages) & 1));
+    fence_proxy_async();  // the cp.async-written W / K tiles -> the tensor cores (as attn.prefill does)
+    // (2) D = W_hi S_hi + W_hi S_lo + W_lo S_hi: A = W planes (K-major panels), B = S (MN-major).
+    float d[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < kK / 16; ++kc) {
+      const uint32_t oa = uint32_t(kc / 4) * kPanel + uint32_t(kc % 4) * 32;
+      const uint32_t ob = uint32_t(kc) * 16 * 128;
+      const uint64_t dwh = make_desc(sb + oa, 16, 1024);
+      const uint64_t dwl = make_desc(sb + kTileWK + oa, 16, 1024);
+      wgmma_m64n64k16<0>(d, dwh, make_desc(sS_hi + ob, kK * 128, 1024), 1);
+      wgmma_m64n64k16<0>(d, dwh, make_desc(sS_lo + ob, kK * 128, 1024), 1);
+      wgmma_m64n64k16<0>(d, dwl, make_desc(sS_hi + ob, kK * 128, 1024), 1);
+    }
+    wgmma_commit();
+    // L2-norm factors of the chunk's keys from the K tile (2 threads a row) while the products run.
+    {
+      const int r = t128 / 2, half = t128 % 2;
+      const uint32_t kt = sb + 2 * kTileWK + uint32_t(half) * kPanel;
+      float ss = 0.f;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const uint4 raw = ld_shared_v4(kt + uint32_t(r) * 128 + ((uint32_t(c) ^ uint32_t(r & 7)) << 4));
+        const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(h2[e]);
+          ss = fmaf(f.x, f.x, ss);
+          ss = fmaf(f.y, f.y, ss);
+        }
+      }
+      ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+      const float rn = p.use_l2 ? rsqrtf(ss + 1e-6f) : 1.f;
+      if (half == 0) asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRn + 4u * uint32_t(r)), "f"(rn) : "memory");
+    }
+    wgmma_wait<0>();
+    fence_regs(d);
+    consumer_sync();  // rn visible
+    // (3) D = U - W S, stored over U; D' = D * dec -> bf16 hi / lo tiles (MN-major B: rows t).
+    const float eg = dexp(g_last);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = ra + 8 * hh;
+      float rn;
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(rn) : "r"(sRn + 4u * uint32_t(row)));
+      const float dec = live[hh] ? dexp(g_last - gc[hh]) * rn : 0.f;
+      const int64_t tok = t0 + row;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float d0 = u[4 * i + 2 * hh] - d[4 * i + 2 * hh];
+        const float d1 = u[4 * i + 2 * hh + 1] - d[4 * i + 2 * hh + 1];
+        if (live[hh]) *reinterpret_cast<float2*>(up + (tok * HV + hv) * kV + col0 + 8 * i + cb) = make_float2(d0, d1);
+        uint32_t hi, lo;
+        split2(d0 * dec, d1 * dec, hi, lo);
+        st_shared_u32(sD_hi + swz(uint32_t(row), uint32_t(8 * i + cb)), hi);
+        st_shared_u32(sD_lo + swz(uint32_t(row), uint32_t(8 * i + cb)), lo);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[m][i] *= eg;
+    fence_proxy_async();
+    consumer_sync();
+    // (4) S += K^T D'_hi + K^T D'_lo: A = K^T (the K tile's 64-column panel m, MN-major), B = D'.
+    wgmma_fence();
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const uint32_t ka = sb + 2 * kTileWK + uint32_t(m) * kPanel;
+#pragma unroll
+      for (int kk = 0; kk < kBT / 16; ++kk) {
+        const uint32_t o = uint32_t(kk) * 16 * 128;
+        const uint64_t dk = make_desc(ka + o, kPanel, 1024);
+        wgmma_m64n64k16<1>(s[m], dk, make_desc(sD_hi + o, kBT * 128, 1024), 1);
+        wgmma_m64n64k16<1>(s[m], dk, make_desc(sD_lo + o, kBT * 128, 1024), 1);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s[0]);
+    fence_regs(s[1]);
+    if (t128 == 0) mbar_arrive(bar_empty + 8 * st);  // W / K of this stage consumed
+  }
+  // Final state back to the slot.
+  float* s_out = sp + (slot * HV + hv) * (kK * kV) + col0;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = 64 * m + ra + 8 * hh;
+        *reinterpret_cast<float2*>(s_out + int64_t(row) * kV + 8 * i + cb) =
+            make_float2(s[m][4 * i + 2 * hh], s[m][4 * i + 2 * hh + 1]);
+      }
+#endif  // DK_GDR_SM90A
+}
+
+}  // namespace gdr_sm90
+}  // namespace dk
+
+extern "C" dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params* p, dk_stream_t stream) {
+  using namespace dk::gdr_sm90;
+  if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
+  if (p->k_dim != kK || p->v_dim != kV) return DK_ERR_UNSUPPORTED;
+  if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
+    return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_seqs == 0) return DK_OK;
+  if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535) return DK_ERR_INVALID_ARGUMENT;
+  if (p->k % 16 || p->w % 16 || p->u % 16 || p->h % 16 || p->state % 16 || p->k_stride % 8) return DK_ERR_INVALID_ARGUMENT;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return DK_ERR_CUDA;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) return DK_ERR_UNSUPPORTED;
+  static bool attr_set = false;
+  if (!attr_set) {
+    if (cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)) != cudaSuccess)
+      return dk::launch_status();
+    attr_set = true;
+  }
+  Args a{*p};
+  dim3 grid(static_cast<unsigned>(p->num_seqs), static_cast<unsigned>(p->h_v), kV / kBV);
+  state_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(a);
+  return dk::launch_status();
+}

@@ -1,0 +1,30 @@
+/* gdr.chunk_prefill for sm_90a (csrc/gdr/chunk_prefill_sm90.cu), first piece: the state pass as a
+ * persistent warp-specialized CUDA kernel. Not dispatched by the library yet (so not in deltakit.h /
+ * bindgen); called by the harness (tools/bench_anchors_gdr.py) through .gpu-gdr/libdk_gdr_bench.so. */
+#ifndef DELTAKIT_GDR_CHUNK_PREFILL_SM90_H
+#define DELTAKIT_GDR_CHUNK_PREFILL_SM90_H
+#include "../include/deltakit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** State pass of gdr.chunk_prefill (W-split workspace), K = V = 128, as gdr_chunk_state_kernel of
+ * triton_aot/gdr/chunk_prefill.py with WSPLIT = 1: k bf16 [T, H_k, K] (token stride k_stride), w bf16
+ * [T, H_v, 2, K] (hi / lo planes), u f32 [T, H_v, V] (U in, D out), gcum f32 [T, H_v], h bf16
+ * [NT, H_v, K, V] (out), state f32 [num_slots, H_v, K, V] (in place), cu_seqlens i32 [N + 1], slots i32
+ * [N], init i32 [N] (init_mode 2), coff i32 [N + 1] (first chunk id of each sequence). init_mode: 0 zeros,
+ * 1 from slots, 2 per-sequence flags. */
+typedef struct DkGdrStateSm90Params {
+  uint64_t k, w, u, gcum, h, state, cu_seqlens, slots, init, coff;
+  int64_t num_tokens, num_seqs, num_slots, h_k, h_v, k_dim, v_dim, k_stride;
+  int32_t use_l2, init_mode;
+} DkGdrStateSm90Params;
+
+/** Launches the state pass on `stream` (sm_90 devices only: DK_ERR_UNSUPPORTED elsewhere). */
+dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params *p, dk_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
