@@ -237,7 +237,19 @@ struct EvalMcArgs {
     common: ModelArgs,
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error is printed as anyhow's `Error: ...` report in one write (the rank
+/// processes of `--nproc-per-node` share stderr: their reports must not interleave).
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = std::io::stderr().lock().write_all(format!("Error: {e:?}\n").as_bytes());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let common = match &cli.command {
         Command::Info => None,

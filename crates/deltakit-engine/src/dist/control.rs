@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::rendezvous::Group;
-use super::wire::{read_frame, write_frame, Dec, Enc};
+use super::wire::{io_text, read_frame, write_frame, Dec, Enc};
 use crate::backend::{StepBatch, StepKind};
 use crate::comm::AbortHandle;
 use crate::config::ModelConfig;
@@ -220,9 +220,10 @@ impl RemoteRank {
             .map_err(|e| err(format!("control connection: {e}")))?;
         let frame = read_frame(&stream).map_err(|e| {
             err(format!(
-                "no start-up report within {:.0}s ({e}): the process failed, exited or is still \
+                "no start-up report within {:.0}s ({}): the process failed, exited or is still \
                  loading",
-                timeout.as_secs_f64()
+                timeout.as_secs_f64(),
+                io_text(&e)
             ))
         })?;
         stream.set_read_timeout(None).map_err(|e| err(format!("control connection: {e}")))?;
@@ -273,7 +274,8 @@ impl RemoteRank {
             msg: match link.reason() {
                 Some(why) => format!("control connection aborted: {why}"),
                 None => format!(
-                    "control connection lost ({e}): the rank's process exited or was killed"
+                    "control connection lost ({}): the rank's process exited or was killed",
+                    io_text(&e)
                 ),
             },
         };
@@ -455,11 +457,7 @@ fn spawn_reader(
                     }
                 }
                 Err(e) => {
-                    let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        "closed".to_string()
-                    } else {
-                        e.to_string()
-                    };
+                    let e = io_text(&e);
                     let why = format!(
                         "rank {rank}: the control connection to rank 0 ended ({e}): rank 0 \
                          exited, failed or aborted the group"

@@ -24,7 +24,7 @@
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::wire::{read_frame, write_frame, Dec, Enc};
+use super::wire::{io_text, read_frame, write_frame, Dec, Enc};
 use crate::comm::{sum_in_rank_order, AbortHandle};
 use crate::error::{EngineError, Result};
 
@@ -184,10 +184,11 @@ impl TcpComm {
             return err;
         }
         let msg = format!(
-            "rank {}: connection to rank {peer} lost in {} #{seq} ({e}): rank {peer} exited, was \
+            "rank {}: connection to rank {peer} lost in {} #{seq} ({}): rank {peer} exited, was \
              killed, or aborted",
             self.rank,
-            op.name()
+            op.name(),
+            io_text(e)
         );
         self.abort.abort(&msg);
         comm_err(msg)

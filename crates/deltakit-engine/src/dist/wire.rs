@@ -286,6 +286,16 @@ pub fn read_frame(mut s: &TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// An I/O error of a frame read or write as text: the end of the stream reads "connection
+/// closed" (std's "failed to fill whole buffer" says nothing to a user).
+#[must_use]
+pub fn io_text(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "connection closed".into(),
+        _ => e.to_string(),
+    }
+}
+
 /// FNV-1a 64-bit hash: stable across processes, builds and machines (the handshake compares
 /// hashes computed by different processes).
 #[must_use]

@@ -1,0 +1,346 @@
+//! One process per rank on the CPU (issue 16): the `deltakit` binary started as separate rank
+//! processes on 127.0.0.1 — by its node launcher (`--nproc-per-node N`) or by this test with
+//! the torchrun-style environment (`RANK`, `WORLD_SIZE`, ...) — against the in-process `--tp`
+//! run, and its failure modes: a rank missing at the rendezvous, a config mismatch, a rank
+//! killed mid-decode, a rank error and a stalled rank. Every process must exit within a bound
+//! (a hung process fails the test after its deadline instead of hanging CI).
+//! `cargo test --release -p deltakit-engine --test multiproc`.
+
+mod golden_common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use golden_common::fixtures_dir;
+use rand::Rng;
+
+/// What a finished process left.
+#[derive(Debug)]
+struct Done {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// Time from the start of the wait to the exit.
+    took: Duration,
+}
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_deltakit"));
+    // Clean launch environment: only what a test sets.
+    for v in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RUST_BACKTRACE"] {
+        c.env_remove(v);
+    }
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Drain a pipe in a thread (so a chatty child never blocks on a full pipe).
+fn drain(r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(r).read_to_string(&mut s);
+        s
+    })
+}
+
+/// Wait for `child` at most `limit`; a child still running then is killed and the test fails.
+fn wait(mut child: Child, limit: Duration, what: &str) -> Done {
+    let out = child.stdout.take().map(drain);
+    let err = child.stderr.take().map(drain);
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let e = err.map(|h| h.join().unwrap()).unwrap_or_default();
+            panic!("{what}: still running after {limit:?} (killed); stderr:\n{e}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = t0.elapsed();
+    Done {
+        status,
+        stdout: out.map(|h| h.join().unwrap()).unwrap_or_default(),
+        stderr: err.map(|h| h.join().unwrap()).unwrap_or_default(),
+        took,
+    }
+}
+
+fn run(mut c: Command, limit: Duration, what: &str) -> Done {
+    wait(c.spawn().unwrap(), limit, what)
+}
+
+/// `generate` arguments: greedy, JSON lines with the top-5 log-probabilities of every prompt
+/// position and generated token, a small prefill chunk (chunked prefill and varlen batches).
+fn gen_args(fixture: &str, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "generate".into(),
+        "--model".into(),
+        fixtures_dir().join(fixture).display().to_string(),
+        "--max-tokens".into(),
+        max_tokens.to_string(),
+        "--json".into(),
+        "--logprobs".into(),
+        "5".into(),
+        "--prefill-chunk".into(),
+        "5".into(),
+        "--ignore-eos".into(),
+    ];
+    for p in prompts {
+        a.push("--token-ids".into());
+        a.push(p.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+    }
+    a
+}
+
+fn random_prompts(vocab: u32) -> Vec<Vec<u32>> {
+    let mut rng = rand::thread_rng();
+    [1usize, 6, 13].iter().map(|&n| (0..n).map(|_| rng.gen_range(0..vocab)).collect()).collect()
+}
+
+fn rank_env(c: &mut Command, rank: usize, world: usize, port: u16) {
+    c.env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string());
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// 2 and 4 rank processes started by the node launcher print exactly what the in-process
+/// `--tp` run prints (greedy tokens, top-5 ids and log-probabilities, bit for bit: the TCP
+/// communicator sums in rank order like the in-process one), in f32 and bf16, on random prompts
+/// of three lengths decoded together.
+#[test]
+fn multiproc_equals_in_process_tp() {
+    for (fixture, tp, dtype) in [
+        ("tiny-causal", 2, "f32"),
+        ("tiny-causal", 4, "f32"),
+        ("tiny-trained", 2, "f32"),
+        ("tiny-causal", 2, "bf16"),
+    ] {
+        let prompts = random_prompts(384);
+        let mut args = gen_args(fixture, &prompts, 10);
+        args.extend(["--dtype".into(), dtype.into()]);
+        let mut inproc = bin();
+        inproc.args(&args).args(["--tp", &tp.to_string()]);
+        let a = run(inproc, LIMIT, "in-process");
+        assert!(a.status.success(), "{fixture} tp {tp}: {}", a.stderr);
+        let mut multi = bin();
+        multi.args(&args).args(["--nproc-per-node", &tp.to_string()]);
+        let b = run(multi, LIMIT, "launcher");
+        assert!(b.status.success(), "{fixture} {tp} processes: {}", b.stderr);
+        assert!(a.stdout.lines().count() > 30, "{}", a.stdout);
+        assert_eq!(
+            a.stdout, b.stdout,
+            "{fixture} {dtype}: {tp} processes vs --tp {tp}, prompts {prompts:?}"
+        );
+        assert!(b.stderr.contains(&format!(" x{tp} |")), "{}", b.stderr);
+        eprintln!(
+            "{fixture} {dtype}: {tp} processes == --tp {tp} ({} lines), {:?} vs {:?}",
+            a.stdout.lines().count(),
+            b.took,
+            a.took
+        );
+    }
+}
+
+/// The torchrun-style environment alone (no launch flags): two processes started by the test;
+/// rank 0 prints the in-process output, rank 1 prints nothing to stdout; both exit 0. `bench`
+/// through the launcher reports both ranks' memory.
+#[test]
+fn multiproc_torchrun_env_mode_and_bench() {
+    let prompts = random_prompts(384);
+    let args = gen_args("tiny-causal", &prompts, 8);
+    let mut inproc = bin();
+    inproc.args(&args).args(["--tp", "2"]);
+    let want = run(inproc, LIMIT, "in-process");
+    assert!(want.status.success(), "{}", want.stderr);
+    let port = free_port();
+    let children: Vec<Child> = [1usize, 0]
+        .iter()
+        .map(|&r| {
+            let mut c = bin();
+            c.args(&args);
+            rank_env(&mut c, r, 2, port);
+            c.spawn().unwrap()
+        })
+        .collect();
+    let done: Vec<Done> = children.into_iter().map(|c| wait(c, LIMIT, "env rank")).collect();
+    let (r1, r0) = (&done[0], &done[1]);
+    assert!(r0.status.success() && r1.status.success(), "{}\n{}", r0.stderr, r1.stderr);
+    assert_eq!(r0.stdout, want.stdout);
+    assert!(r1.stdout.is_empty(), "rank 1 printed {:?}", r1.stdout);
+
+    let mut b = bin();
+    b.args(["bench", "--config"])
+        .arg(fixtures_dir().join("tiny-causal"))
+        .args(["--load-format", "dummy", "--batch", "2", "--prompt-len", "9", "--gen-len", "4"])
+        .args(["--nproc-per-node", "2"]);
+    let b = run(b, LIMIT, "bench");
+    assert!(b.status.success(), "{}", b.stderr);
+    assert!(
+        b.stdout.contains("rank 0 on cpu") && b.stdout.contains("rank 1 on cpu"),
+        "{}",
+        b.stdout
+    );
+}
+
+/// A rank that never arrives: rank 0 fails after `--rendezvous-timeout` naming it; a rank with
+/// no rank 0 fails naming the address. Both well within bounds.
+#[test]
+fn multiproc_missing_rank_times_out_with_a_clear_error() {
+    let args = gen_args("tiny-causal", &[vec![5, 7]], 4);
+    let port = free_port();
+    let mut c = bin();
+    c.args(&args).args(["--rendezvous-timeout", "1"]);
+    rank_env(&mut c, 0, 4, port);
+    let d = run(c, Duration::from_secs(10), "lonely rank 0");
+    eprintln!("rank 0 alone: exit after {:?}: {}", d.took, d.stderr.trim());
+    assert!(!d.status.success());
+    assert!(d.took < Duration::from_secs(5), "{:?}", d.took);
+    assert!(
+        d.stderr.contains("ranks [1, 2, 3] of world size 4 did not arrive within 1.0s"),
+        "{}",
+        d.stderr
+    );
+    let mut c = bin();
+    c.args(&args).args(["--rendezvous-timeout", "1"]);
+    rank_env(&mut c, 1, 2, free_port());
+    let d = run(c, Duration::from_secs(10), "lonely rank 1");
+    assert!(!d.status.success());
+    assert!(d.took < Duration::from_secs(5), "{:?}", d.took);
+    assert!(d.stderr.contains("could not reach rank 0 at 127.0.0.1:"), "{}", d.stderr);
+}
+
+/// Ranks that disagree (dtype, weight source) fail on every rank with the typed mismatch
+/// naming the rank, the field, rank 0's value and theirs; nothing loads.
+#[test]
+fn multiproc_config_mismatch_is_a_typed_error_on_every_rank() {
+    for (extra, max_tokens, want) in [
+        (vec!["--dtype", "bf16"], 4, "rank 1 differs from rank 0 in dtype: expected f32, got bf16"),
+        (vec![], 5, "rank 1 differs from rank 0 in cache: expected 1 sequences x 6 tokens"),
+        (
+            vec!["--load-format", "dummy", "--weight-seed", "3"],
+            4,
+            "rank 1 differs from rank 0 in weights: expected checkpoint, got dummy, seed 3",
+        ),
+    ] {
+        let port = free_port();
+        let children: Vec<Child> = (0..2)
+            .map(|r| {
+                let mut c = bin();
+                if r == 1 {
+                    c.args(gen_args("tiny-causal", &[vec![5, 7]], max_tokens)).args(&extra);
+                } else {
+                    c.args(gen_args("tiny-causal", &[vec![5, 7]], 4));
+                }
+                rank_env(&mut c, r, 2, port);
+                c.spawn().unwrap()
+            })
+            .collect();
+        for (r, c) in children.into_iter().enumerate() {
+            let d = wait(c, LIMIT, "mismatched rank");
+            assert!(!d.status.success(), "rank {r}");
+            assert!(d.stderr.contains(want), "rank {r}: {}", d.stderr);
+        }
+    }
+}
+
+/// Four rank processes; rank 2 stalls in forward step 4 (mid-decode) and is killed there: the
+/// other three end the step with an error and exit non-zero within the watchdog time (20 s
+/// here; in practice at once, on the lost connection).
+#[test]
+fn multiproc_killed_rank_mid_decode_fails_every_process() {
+    let args = gen_args("tiny-causal", &[vec![5, 7, 11], vec![3]], 12);
+    let port = free_port();
+    let mut children: Vec<Child> = (0..4)
+        .map(|r| {
+            let mut c = bin();
+            c.args(&args).args(["--step-timeout", "20", "--inject-fault", "2:stall:3:60000@4"]);
+            rank_env(&mut c, r, 4, port);
+            c.spawn().unwrap()
+        })
+        .collect();
+    // Rank 0's token lines show the decode under way (steps 1-3 done, step 4 stalled).
+    let (tx, rx) = mpsc::channel();
+    let out = children[0].stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let t0 = Instant::now();
+    let mut tokens = 0;
+    while tokens < 6 {
+        let line =
+            rx.recv_timeout(LIMIT.saturating_sub(t0.elapsed())).expect("decode did not start");
+        if line.contains("\"kind\":\"token\"") {
+            tokens += 1;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200)); // let the group reach the stalled step
+    let mut victim = children.remove(2);
+    victim.kill().unwrap();
+    let _ = victim.wait();
+    let t_kill = Instant::now();
+    for (i, c) in children.into_iter().enumerate() {
+        let r = if i < 2 { i } else { i + 1 };
+        let d = wait(c, Duration::from_secs(20), "survivor");
+        let after = t_kill.elapsed();
+        eprintln!(
+            "rank {r}: exit {:?} {after:?} after the kill: {}",
+            d.status.code(),
+            d.stderr.lines().last().unwrap_or_default()
+        );
+        assert!(!d.status.success(), "rank {r} exited 0");
+        assert!(after < Duration::from_secs(20), "rank {r}: {after:?}");
+    }
+}
+
+/// Through the node launcher: a rank error mid-decode, a panicking rank 0, and a stalled rank
+/// under a 2 s watchdog all fail every process (the launcher exits non-zero naming them),
+/// within the watchdog time.
+#[test]
+fn multiproc_rank_error_panic_and_stall_fail_every_process() {
+    let args = gen_args("tiny-causal", &[vec![5, 7, 11]], 10);
+    for (n, fault, timeout, want) in [
+        ("2", "1:error:3@3", "20", "rank 1: backend fault: injected error at layer 3"),
+        ("4", "0:panic:5@2", "20", "rank 0: panicked: injected panic at layer 5"),
+        ("2", "1:stall:3:30000@3", "2", "watchdog: step did not finish within 2s"),
+    ] {
+        let mut c = bin();
+        c.args(&args).args([
+            "--nproc-per-node",
+            n,
+            "--inject-fault",
+            fault,
+            "--step-timeout",
+            timeout,
+        ]);
+        let d = run(c, LIMIT, fault);
+        eprintln!("{fault} over {n} processes: launcher exit after {:?}", d.took);
+        assert!(!d.status.success(), "{fault}");
+        assert!(d.stderr.contains(want), "{fault}: {}", d.stderr);
+        assert!(
+            d.stderr.contains(&format!("{n} of the local rank processes failed")),
+            "{fault}: {}",
+            d.stderr
+        );
+        assert!(d.took < Duration::from_secs(timeout.parse::<u64>().unwrap() + 4), "{:?}", d.took);
+    }
+}
