@@ -1,9 +1,10 @@
 // gdr.chunk_prefill for sm_90a, first piece (issue 15): the STATE PASS as a persistent
 // warp-specialized CUDA kernel with the state resident on chip across chunks and W / K consumed
-// from shared memory by wgmma. NOT dispatched by the library yet: exported as
+// from shared memory by wgmma. Not the library's default: exported as
 // dk_gdr_chunk_state_sm90 for the same-process harness (tools/bench_anchors_gdr.py --sm90-state,
 // through .gpu-gdr/libdk_gdr_bench.so), which checks it against the Triton state pass
-// (gdr_chunk_state_k128v128_ws_bv32) on the same inputs. Design note: docs/gdr-chunk-prefill-sm90.md.
+// (gdr_chunk_state_k128v128_ws_bv32) on the same inputs, and opt-in in the library
+// (DELTAKIT_GDR_PREFILL=sm90). Design note: docs/gdr-chunk-prefill-sm90.md.
 //
 // Contract: the Triton state pass of triton_aot/gdr/chunk_prefill.py with W as bf16 hi / lo planes
 // (WSPLIT = 1), K = V = 128, after the kkt / solve / W/U passes filled the workspace. Per
@@ -411,12 +412,9 @@ extern "C" dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params* p, dk_s
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (major != 9 || minor != 0) return DK_ERR_UNSUPPORTED;
-  static bool attr_set = false;
-  if (!attr_set) {
-    if (cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)) != cudaSuccess)
-      return dk::launch_status();
-    attr_set = true;
-  }
+  // Per call (the attribute is per device; a host-side call, no launch): > 48 KB of dynamic shared memory.
+  if (cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)) != cudaSuccess)
+    return dk::launch_status();
   Args a{*p};
   dim3 grid(static_cast<unsigned>(p->num_seqs), static_cast<unsigned>(p->h_v), kV / kBV);
   state_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(a);

@@ -14,8 +14,8 @@
 #
 #   stash      see above
 #   tests      the GPU test binaries in .gpu-gdr/bin (DELTAKIT_REQUIRE_GPU=1)
-#   pipes      the chunk-prefill test binary again under DELTAKIT_GDR_PREFILL=$PIPES (default: wsplit splitz
-#              wsplit_splitz; the int64 test only under wsplit)
+#   pipes      the chunk-prefill test binary again under DELTAKIT_GDR_PREFILL=$PIPES (default: f32w sm90 --
+#              the round-1 entries and the opt-in sm_90a CUDA state pass; the int64 test only under wsplit / sm90)
 #   sanitize   compute-sanitizer memcheck / racecheck (SAN_SPECS: ;-separated tool:binary:DELTAKIT_GDR_PREFILL:filters)
 #   anchors    one harness process per prefill shape ($PREFILL_SHAPES), each: first calls (FlashInfer compile, FLA
 #              autotune for $FLA_SHAPES) while the tests run, then -- after the tests, one process at a time
@@ -93,9 +93,9 @@ if has tests; then
 fi
 if has pipes; then
   bin=$(ls /tmp/gdrbin/gdr_chunk_prefill-* | head -n 1)
-  for pipe in ${PIPES:-wsplit splitz wsplit_splitz}; do
+  for pipe in ${PIPES:-f32w sm90}; do
     skip="--skip long_sequence_int64_offsets"
-    [ "$pipe" = wsplit ] && skip=""
+    [ "$pipe" = wsplit ] || [ "$pipe" = sm90 ] && skip=""
     (DELTAKIT_GDR_PREFILL=$pipe timeout "${TEST_TIMEOUT:-200}" "$bin" --test-threads 4 --nocapture $skip \
        >"/tmp/gdrlog_test_pipe_$pipe.log" 2>&1; echo "rc=$?" >>"/tmp/gdrlog_test_pipe_$pipe.log") &
     pids+=($!)

@@ -285,10 +285,15 @@ pub enum PrefillPipeline {
     Splitz,
     /// W planes and the W/U pass split over grid z (the default).
     WsplitSplitz,
+    /// [`PrefillPipeline::WsplitSplitz`] with the sm_90a CUDA state pass
+    /// (`csrc/gdr/chunk_prefill_sm90.cu`: persistent, warp-specialized, wgmma; `DELTAKIT_GDR_PREFILL=
+    /// sm90`, opt-in: matched the Triton state pass on an H200, 0.91x its time at 27B TP1, 1.13x at
+    /// TP2). Needs a compute-capability 9.0 device ([`Error::Launch`] `DK_ERR_UNSUPPORTED` else).
+    Sm90State,
 }
 
 /// The `K = V = 128` pipeline [`chunk_prefill`] runs, from `DELTAKIT_GDR_PREFILL` (read once per
-/// process): `f32w`, `wsplit`, `splitz`, `wsplit_splitz` select [`PrefillPipeline`]'s variants;
+/// process): `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90` select [`PrefillPipeline`]'s variants;
 /// unset or anything else runs the default ([`PrefillPipeline::WsplitSplitz`]). All variants
 /// compute the same products (bit-identical outputs and states on an H200, 2026-12-01); they
 /// differ in launches and bytes. H200, AOT cubins, 27B TP1 1 x 8192: f32w 1.480 ms, wsplit 1.415,
@@ -306,6 +311,7 @@ pub fn pipeline_selected() -> PrefillPipeline {
             "wsplit" => PrefillPipeline::Wsplit,
             "splitz" => PrefillPipeline::Splitz,
             "wsplit_splitz" => PrefillPipeline::WsplitSplitz,
+            "sm90" => PrefillPipeline::Sm90State,
             _ => DEFAULT_PIPELINE,
         }
     })
@@ -319,7 +325,44 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`] or [`PrefillPipeline::WsplitSplitz`]).
 #[must_use]
 pub fn wsplit_selected() -> bool {
-    matches!(pipeline_selected(), PrefillPipeline::Wsplit | PrefillPipeline::WsplitSplitz)
+    matches!(
+        pipeline_selected(),
+        PrefillPipeline::Wsplit | PrefillPipeline::WsplitSplitz | PrefillPipeline::Sm90State
+    )
+}
+
+/// `DkGdrStateSm90Params` of `csrc/gdr/chunk_prefill_sm90.h` (declared here, not through bindgen:
+/// the kernel is opt-in and its header is not part of `deltakit.h` yet).
+#[repr(C)]
+struct StateSm90Params {
+    k: u64,
+    w: u64,
+    u: u64,
+    gcum: u64,
+    h: u64,
+    state: u64,
+    cu_seqlens: u64,
+    slots: u64,
+    init: u64,
+    coff: u64,
+    num_tokens: i64,
+    num_seqs: i64,
+    num_slots: i64,
+    h_k: i64,
+    h_v: i64,
+    k_dim: i64,
+    v_dim: i64,
+    k_stride: i64,
+    use_l2: i32,
+    init_mode: i32,
+}
+
+extern "C" {
+    /// `csrc/gdr/chunk_prefill_sm90.cu`: the state pass for sm_90a (`K = V = 128`, W planes).
+    fn dk_gdr_chunk_state_sm90(
+        p: *const StateSm90Params,
+        stream: ffi::dk_stream_t,
+    ) -> ffi::dk_status;
 }
 
 struct Kernels {
@@ -692,11 +735,16 @@ pub fn chunk_prefill(
         // [T, H_v, 2, K], same bytes) and / or the W/U pass over grid z (z = 0: W, z = 1: U).
         let narrow = n.saturating_mul(h_v) <= STATE_NARROW_MAX_ROWS;
         let (wu, wu_z, state_fn, state_bv) = match (kern.wsplit, pipeline_selected()) {
-            (Some(ws), PrefillPipeline::Wsplit | PrefillPipeline::WsplitSplitz) => {
-                let (wu, z) = if pipeline_selected() == PrefillPipeline::WsplitSplitz {
-                    (ws.wu_splitz, 2)
-                } else {
+            (
+                Some(ws),
+                PrefillPipeline::Wsplit
+                | PrefillPipeline::WsplitSplitz
+                | PrefillPipeline::Sm90State,
+            ) => {
+                let (wu, z) = if pipeline_selected() == PrefillPipeline::Wsplit {
                     (ws.wu, 1)
+                } else {
+                    (ws.wu_splitz, 2)
                 };
                 if narrow {
                     (wu, z, ws.state_bv16, STATE_BV_NARROW)
@@ -714,32 +762,58 @@ pub fn chunk_prefill(
                 t64, ns64, hk32, hv32, ks64, vs64, l2,
             ),
         )?;
-        check(
-            OP,
-            state_fn(
-                s,
-                grid_n,
-                h_v as u32,
-                vd.div_ceil(state_bv) as u32,
-                kp,
+        if kern.wsplit.is_some() && pipeline_selected() == PrefillPipeline::Sm90State {
+            let prm = StateSm90Params {
+                k: kp,
                 w,
                 u,
                 gcum,
                 h,
-                stp,
-                cup,
-                slp,
-                initp,
+                state: stp,
+                cu_seqlens: cup,
+                slots: slp,
+                init: initp,
                 coff,
-                t64,
-                ns64,
-                hk32,
-                hv32,
-                ks64,
-                l2,
+                num_tokens: t64,
+                num_seqs: n64,
+                num_slots: ns64,
+                h_k: h_k as i64,
+                h_v: h_v as i64,
+                k_dim: kd as i64,
+                v_dim: vd as i64,
+                k_stride: ks64,
+                use_l2: l2,
                 init_mode,
-            ),
-        )?;
+            };
+            check(OP, dk_gdr_chunk_state_sm90(&raw const prm, s))?;
+        } else {
+            check(
+                OP,
+                state_fn(
+                    s,
+                    grid_n,
+                    h_v as u32,
+                    vd.div_ceil(state_bv) as u32,
+                    kp,
+                    w,
+                    u,
+                    gcum,
+                    h,
+                    stp,
+                    cup,
+                    slp,
+                    initp,
+                    coff,
+                    t64,
+                    ns64,
+                    hk32,
+                    hv32,
+                    ks64,
+                    l2,
+                    init_mode,
+                ),
+            )?;
+        }
         check(
             OP,
             (kern.out)(
