@@ -494,7 +494,7 @@ fn fingerprint(
                 LoadFormat::Dummy => format!("dummy, seed {}", common.weight_seed),
             },
         )
-        .field("graphs", if common.no_graphs { "off" } else { "on" })
+        .field("graphs", if backend == "cpu" || common.no_graphs { "off" } else { "on" })
 }
 
 /// This process as rank `spec.rank` of one process per rank: the rendezvous, then the rank

@@ -259,56 +259,64 @@ fn multiproc_config_mismatch_is_a_typed_error_on_every_rank() {
     }
 }
 
-/// Four rank processes; rank 2 stalls in forward step 4 (mid-decode) and is killed there: the
-/// other three end the step with an error and exit non-zero within the watchdog time (20 s
-/// here; in practice at once, on the lost connection).
+/// Four rank processes; rank `victim` stalls in forward step 4 (mid-decode) and is killed
+/// there: the other three end the step with an error and exit non-zero within the watchdog time
+/// (20 s here; in practice at once, on the closed connections). Rank 2 (a rank the scheduler
+/// drives) and rank 0 (the scheduler: the others see their control connection end).
 #[test]
 fn multiproc_killed_rank_mid_decode_fails_every_process() {
-    let args = gen_args("tiny-causal", &[vec![5, 7, 11], vec![3]], 12);
-    let port = free_port();
-    let mut children: Vec<Child> = (0..4)
-        .map(|r| {
-            let mut c = bin();
-            c.args(&args).args(["--step-timeout", "20", "--inject-fault", "2:stall:3:60000@4"]);
-            rank_env(&mut c, r, 4, port);
-            c.spawn().unwrap()
-        })
-        .collect();
-    // Rank 0's token lines show the decode under way (steps 1-3 done, step 4 stalled).
-    let (tx, rx) = mpsc::channel();
-    let out = children[0].stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
+    for victim in [2usize, 0] {
+        let args = gen_args("tiny-causal", &[vec![5, 7, 11], vec![3]], 12);
+        let port = free_port();
+        let fault = format!("{victim}:stall:3:60000@4");
+        let mut children: Vec<Child> = (0..4)
+            .map(|r| {
+                let mut c = bin();
+                c.args(&args).args(["--step-timeout", "20", "--inject-fault", &fault]);
+                rank_env(&mut c, r, 4, port);
+                c.spawn().unwrap()
+            })
+            .collect();
+        // Rank 0's token lines show the decode under way (steps 1-3 done, step 4 stalled).
+        let (tx, rx) = mpsc::channel();
+        let out = children[0].stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let t0 = Instant::now();
+        let mut tokens = 0;
+        while tokens < 6 {
+            let line =
+                rx.recv_timeout(LIMIT.saturating_sub(t0.elapsed())).expect("decode did not start");
+            if line.contains("\"kind\":\"token\"") {
+                tokens += 1;
             }
         }
-    });
-    let t0 = Instant::now();
-    let mut tokens = 0;
-    while tokens < 6 {
-        let line =
-            rx.recv_timeout(LIMIT.saturating_sub(t0.elapsed())).expect("decode did not start");
-        if line.contains("\"kind\":\"token\"") {
-            tokens += 1;
+        std::thread::sleep(Duration::from_millis(200)); // let the group reach the stalled step
+        let mut dead = children.remove(victim);
+        dead.kill().unwrap();
+        let _ = dead.wait();
+        let t_kill = Instant::now();
+        for (i, c) in children.into_iter().enumerate() {
+            let r = if i < victim { i } else { i + 1 };
+            let d = wait(c, Duration::from_secs(20), "survivor");
+            let after = t_kill.elapsed();
+            eprintln!(
+                "rank {victim} killed: rank {r} exit {:?} {after:?} after the kill: {}",
+                d.status.code(),
+                d.stderr.lines().last().unwrap_or_default()
+            );
+            assert!(!d.status.success(), "rank {r} exited 0");
+            assert!(after < Duration::from_secs(20), "rank {r}: {after:?}");
+            if victim != 0 || r == 0 {
+                continue;
+            }
+            assert!(d.stderr.contains("connection to rank 0"), "rank {r}: {}", d.stderr);
         }
-    }
-    std::thread::sleep(Duration::from_millis(200)); // let the group reach the stalled step
-    let mut victim = children.remove(2);
-    victim.kill().unwrap();
-    let _ = victim.wait();
-    let t_kill = Instant::now();
-    for (i, c) in children.into_iter().enumerate() {
-        let r = if i < 2 { i } else { i + 1 };
-        let d = wait(c, Duration::from_secs(20), "survivor");
-        let after = t_kill.elapsed();
-        eprintln!(
-            "rank {r}: exit {:?} {after:?} after the kill: {}",
-            d.status.code(),
-            d.stderr.lines().last().unwrap_or_default()
-        );
-        assert!(!d.status.success(), "rank {r} exited 0");
-        assert!(after < Duration::from_secs(20), "rank {r}: {after:?}");
     }
 }
 
