@@ -20,6 +20,11 @@
 //!
 //! The factory passed to [`Executor::start`] runs *inside* each rank thread: that is where a
 //! CUDA context is bound and `ncclCommInitRank` is called (it blocks until all ranks call it).
+//!
+//! A rank's runner may also stand for a rank in another process: with one process per rank
+//! ([`crate::dist`]), rank 0's executor holds [`crate::dist::control::RemoteRank`] proxies for
+//! the other ranks (the guarantees above then span processes: an abort shuts the proxies'
+//! connections down), and every other process runs its own rank behind an executor of one.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
