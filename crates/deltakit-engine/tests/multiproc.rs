@@ -157,6 +157,35 @@ fn multiproc_equals_in_process_tp() {
     }
 }
 
+/// The several-nodes command on one host: two node launchers (`--nnodes 2 --node-rank 0|1
+/// --nproc-per-node 2 --rendezvous 127.0.0.1:PORT`), started node 1 first, make a world of 4
+/// that prints what `--tp 4` prints; node 1's launcher prints nothing to stdout.
+#[test]
+fn multiproc_two_node_launchers_equal_in_process_tp4() {
+    let prompts = random_prompts(384);
+    let args = gen_args("tiny-causal", &prompts, 8);
+    let mut inproc = bin();
+    inproc.args(&args).args(["--tp", "4"]);
+    let want = run(inproc, LIMIT, "in-process");
+    assert!(want.status.success(), "{}", want.stderr);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let nodes: Vec<Child> = [1usize, 0]
+        .iter()
+        .map(|&node| {
+            let mut c = bin();
+            c.args(&args).args(["--nnodes", "2", "--nproc-per-node", "2", "--rendezvous", &addr]);
+            c.args(["--node-rank", &node.to_string()]);
+            let child = c.spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            child
+        })
+        .collect();
+    let done: Vec<Done> = nodes.into_iter().map(|c| wait(c, LIMIT, "node launcher")).collect();
+    assert!(done.iter().all(|d| d.status.success()), "{}\n{}", done[0].stderr, done[1].stderr);
+    assert!(done[0].stdout.is_empty(), "node 1 printed {:?}", done[0].stdout);
+    assert_eq!(done[1].stdout, want.stdout, "prompts {prompts:?}");
+}
+
 /// The torchrun-style environment alone (no launch flags): two processes started by the test;
 /// rank 0 prints the in-process output, rank 1 prints nothing to stdout; both exit 0. `bench`
 /// through the launcher reports both ranks' memory.
