@@ -376,17 +376,30 @@ def sm90_state_check(aot, cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk,
                           pool.data_ptr(), cu.data_ptr(), slots.data_ptr(), slots.data_ptr(), ws["coff"].data_ptr(),
                           t, n, pool.shape[0], hk, hv, K, V, hk * K, 1, 1)
 
-    def call():
-        st = f(ctypes.byref(prm), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    fv = getattr(aot.lib, "dk_gdr_chunk_state_sm90_variant", None)
+    if fv is not None:
+        fv.argtypes = [ctypes.POINTER(StateSm90Params), ctypes.c_int, ctypes.c_void_p]
+
+    def call(var=0):
+        s_ = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        st = f(ctypes.byref(prm), s_) if var == 0 else fv(ctypes.byref(prm), var, s_)
         if st != 0:
-            raise RuntimeError(f"dk_gdr_chunk_state_sm90 status {st}")
-    call()
-    torch.cuda.synchronize()
-    res["relerr_h"] = rel(ws["h"][:hsz], ref[0])
-    res["relerr_d"] = rel(ws["u"], ref[1])
-    res["relerr_state"] = rel(pool, ref[2])
+            raise RuntimeError(f"dk_gdr_chunk_state_sm90 variant {var} status {st}")
+    for var in (0, 1) if fv is not None else (0,):
+        sfx = "" if var == 0 else f"_v{var}"
+        ws["u"].copy_(u0)
+        pool.copy_(p0)
+        ws["h"].fill_(float("nan"))
+        try:
+            call(var)
+            torch.cuda.synchronize()
+            res["relerr_h" + sfx] = rel(ws["h"][:hsz], ref[0])
+            res["relerr_d" + sfx] = rel(ws["u"], ref[1])
+            res["relerr_state" + sfx] = rel(pool, ref[2])
+            res["sm90_state" + sfx + "_ms"] = gpu_ms(lambda var=var: call(var), reps=10)
+        except Exception as e:  # noqa: BLE001
+            res["error" + sfx] = err_text(e)
     res["triton_state_ms"] = gpu_ms(lambda: sv("s"), reps=10)
-    res["sm90_state_ms"] = gpu_ms(call, reps=10)
     return res
 
 
@@ -841,10 +854,13 @@ def table():
             st_ = " ".join(f"{s_}={dk[f'stage_{s_}_ms'] * 1e3:.0f}us" for s_ in "mkvwso" if f"stage_{s_}_ms" in dk)
             vs = "; ".join(f"{k_[3:]}: " + " ".join(f"{x}={row[k_][x] * 1e3:.0f}us" for x in ("ms", "stage_k_ms", "stage_v_ms",
                                                                                               "stage_w_ms", "stage_s_ms",
-                                                                                              "triton_state_ms", "sm90_state_ms")
+                                                                                              "triton_state_ms", "sm90_state_ms",
+                                                                                              "sm90_state_v1_ms")
                                                      if x in row[k_]) +
                            (f" (err h {row[k_].get('relerr_h', -1):.1e} D {row[k_].get('relerr_d', -1):.1e} S "
-                            f"{row[k_].get('relerr_state', -1):.1e})" if k_ == "dk:sm90_state" else
+                            f"{row[k_].get('relerr_state', -1):.1e}; v1 h {row[k_].get('relerr_h_v1', -1):.1e} D "
+                            f"{row[k_].get('relerr_d_v1', -1):.1e} S {row[k_].get('relerr_state_v1', -1):.1e})"
+                            if k_ == "dk:sm90_state" else
                             f" (err o {row[k_].get('relerr_o_vs_dk', -1):.1e} S {row[k_].get('relerr_s_vs_dk', -1):.1e})") +
                            f"{' ' + row[k_]['error'][:60] if 'error' in row[k_] else ''}"
                            for k_ in row if k_.startswith("dk:"))

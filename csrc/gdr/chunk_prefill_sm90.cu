@@ -31,6 +31,10 @@
 //     S = e^{g_last} S + K^T D' as 16 wgmma m64n64k16 (A = K^T: the K tile MN-major, B = D'
 //     MN-major), then the stage goes back to the producer.
 // Shared memory: 2 x (W hi + W lo + K = 48 KB) + S hi / lo 32 KB + D' hi / lo 16 KB + 0.5 KB.
+// Variants (template VAR; dk_gdr_chunk_state_sm90_variant): 0 = the above (measured on an H200: matches the Triton
+// state pass, 507 vs 560 us at 27B TP1); 1 = the producer also copies each chunk's U tile and gates into the stage
+// (+17 KB a stage), so the consumer's U / gate reads are shared-memory reads after the D products instead of global
+// loads at the chunk start (compiled: 0 spills with a 56-register producer; not yet run on a GPU).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -52,15 +56,24 @@ constexpr int kStages = 2;      // W / K ring depth
 constexpr int kThreads = 256;   // producer warpgroup + consumer warpgroup
 constexpr float kGFloor = 64.f;  // gates clamped at -64 by the kkt pass; factors <= e^-63 flush to 0
 
-// Shared-memory plan (byte offsets from a 1024-aligned base).
+// Shared-memory plan (byte offsets from a 1024-aligned base). VAR (variant): 0 = U and the gates read by the consumer
+// from global memory at the chunk start (the measured v0); 1 = the producer also copies the chunk's U tile (f32 [64,
+// 64], rows of 256 bytes, 16-byte chunks XOR-swizzled by row) and gates (f32 [64]) into the stage, a chunk ahead.
 constexpr uint32_t kPanel = kBT * 128;               // one 64-row x 64-column bf16 panel: 8 KB
 constexpr uint32_t kTileWK = 2 * kPanel;             // a 64 x 128 bf16 tile (W hi, W lo or K): 16 KB
-constexpr uint32_t kStageBytes = 3 * kTileWK;        // W hi, W lo, K: 48 KB
-constexpr uint32_t kOffS = kStages * kStageBytes;    // S hi, S lo: 128 rows x 128 B each (16 KB)
-constexpr uint32_t kOffD = kOffS + 2 * kK * 128;     // D' hi, D' lo: 64 rows x 128 B each (8 KB)
-constexpr uint32_t kOffRn = kOffD + 2 * kBT * 128;   // rn_k [64] f32
-constexpr uint32_t kOffBar = kOffRn + kBT * 4;       // full[kStages], empty[kStages] mbarriers
-constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
+constexpr uint32_t kTileU = kBT * kBV * 4;           // U tile f32 [64, 64]: 16 KB (VAR 1)
+template <int VAR>
+struct Plan {
+  static constexpr uint32_t kStageBytes = 3 * kTileWK + (VAR == 1 ? kTileU + 1024 : 0);  // + gates (256 B, padded)
+  static constexpr uint32_t kOffU = 3 * kTileWK;                 // within a stage (VAR 1)
+  static constexpr uint32_t kOffG = 3 * kTileWK + kTileU;        // within a stage (VAR 1)
+  static constexpr uint32_t kOffS = kStages * kStageBytes;       // S hi, S lo: 128 rows x 128 B each (16 KB)
+  static constexpr uint32_t kOffD = kOffS + 2 * kK * 128;        // D' hi, D' lo: 64 rows x 128 B each (8 KB)
+  static constexpr uint32_t kOffRn = kOffD + 2 * kBT * 128;      // rn_k [64] f32
+  static constexpr uint32_t kOffBar = kOffRn + kBT * 4;          // full[kStages], empty[kStages] mbarriers
+  static constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
+};
+static_assert(Plan<1>::kSmemBytes <= 227 * 1024, "shared memory");
 
 struct Args {
   DkGdrStateSm90Params p;
@@ -161,8 +174,10 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
 __device__ __forceinline__ float dexp(float x) { return x > 1.f - kGFloor ? __expf(x) : 0.f; }
 #endif  // DK_GDR_SM90A
 
+template <int VAR>
 __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constant__ Args a) {
 #ifdef DK_GDR_SM90A
+  using L = Plan<VAR>;
   const DkGdrStateSm90Params& p = a.p;
   const int64_t seq = blockIdx.x;
   const int64_t hv = blockIdx.y;
@@ -183,8 +198,8 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bar_full = base + kOffBar;            // + 8 * stage
-  const uint32_t bar_empty = base + kOffBar + 8 * kStages;
+  const uint32_t bar_full = base + L::kOffBar;            // + 8 * stage
+  const uint32_t bar_empty = base + L::kOffBar + 8 * kStages;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full + 8 * s, 128);  // the 128 producer threads' cp.async arrivals
@@ -198,13 +213,17 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
   const __nv_bfloat16* wp = reinterpret_cast<const __nv_bfloat16*>(p.w);
   if (wg == 0) {
     // ---------------- producer: W hi / lo planes and K rows of chunk j into stage j % kStages.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if constexpr (VAR == 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    } else {  // the U / gate copies' addresses: 40 registers spill
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    }
     const int c16 = t128 % 16;  // 16-byte column chunk of a 256-byte row (128 bf16)
     const int r0 = t128 / 16;   // first row; rows r0, r0 + 8, ..
     for (int64_t j = 0; j < nc; ++j) {
       const int st = int(j % kStages);
       if (j >= kStages) mbar_wait(bar_empty + 8 * st, uint32_t((j / kStages - 1) & 1));
-      const uint32_t sb = base + uint32_t(st) * kStageBytes;
+      const uint32_t sb = base + uint32_t(st) * L::kStageBytes;
       const int64_t t0 = bos + j * kBT;
 #pragma unroll 2
       for (int r = r0; r < kBT; r += 8) {
@@ -216,6 +235,20 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
         cp_async_16(sb + off, wrow + c16 * 8, live ? 16u : 0u);                      // W hi
         cp_async_16(sb + kTileWK + off, wrow + kK + c16 * 8, live ? 16u : 0u);       // W lo
         cp_async_16(sb + 2 * kTileWK + off, kp + tc * p.k_stride + hk * kK + c16 * 8, live ? 16u : 0u);  // K
+        if constexpr (VAR == 1) {  // U row r: 64 f32 = 16 chunks of 16 bytes, chunk c16 at (c16 ^ (r & 7))
+          const float* urow = reinterpret_cast<const float*>(p.u) + (tc * HV + hv) * kV + int64_t(vb) * kBV;
+          cp_async_16(sb + L::kOffU + uint32_t(r) * 256 + ((uint32_t(c16) ^ uint32_t(r & 7)) << 4), urow + c16 * 4,
+                      live ? 16u : 0u);
+        }
+      }
+      if constexpr (VAR == 1) {  // gates of the chunk: 64 f32, 16 chunks (gcum [T, H_v]: one strided value per token)
+        if (t128 < kBT) {
+          const int64_t tok = t0 + t128;
+          const float* gsrc = reinterpret_cast<const float*>(p.gcum) + (tok < eos ? tok : bos) * HV + hv;
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sb + L::kOffG + 4u * uint32_t(t128)),
+                       "l"(gsrc), "r"(tok < eos ? 4u : 0u)
+                       : "memory");
+        }
       }
       cp_async_arrive(bar_full + 8 * st);
     }
@@ -252,13 +285,13 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
         s[m][4 * i + 2 * hh] = v.x;
         s[m][4 * i + 2 * hh + 1] = v.y;
       }
-  const uint32_t sS_hi = base + kOffS, sS_lo = sS_hi + kK * 128;
-  const uint32_t sD_hi = base + kOffD, sD_lo = sD_hi + kBT * 128;
-  const uint32_t sRn = base + kOffRn;
+  const uint32_t sS_hi = base + L::kOffS, sS_lo = sS_hi + kK * 128;
+  const uint32_t sD_hi = base + L::kOffD, sD_lo = sD_hi + kBT * 128;
+  const uint32_t sRn = base + L::kOffRn;
   for (int64_t j = 0; j < nc; ++j) {
     const int st = int(j % kStages);
     const int64_t t0 = bos + j * kBT;
-    const uint32_t sb = base + uint32_t(st) * kStageBytes;
+    const uint32_t sb = base + uint32_t(st) * L::kStageBytes;
     // (1) S -> bf16 hi / lo (MN-major B tiles: rows k, 64 value columns) + h = bf16(S) = S_hi.
     __nv_bfloat16* hrow = hp + ((c0 + j) * HV + hv) * (kK * kV) + col0;
 #pragma unroll
@@ -274,22 +307,25 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
           st_shared_u32(sS_lo + swz(row, uint32_t(8 * i + cb)), lo);
           *reinterpret_cast<uint32_t*>(hrow + int64_t(row) * kV + 8 * i + cb) = hi;
         }
-    // Gates of this chunk's rows (token rows ra, ra + 8 of the D tile), g_last, U (issued early).
+    // Gates of this chunk's rows (token rows ra, ra + 8 of the D tile), g_last, U (VAR 0: from global, issued
+    // early; VAR 1: from the stage, after the full wait).
     const int64_t tl = min(t0 + kBT - 1, eos - 1);
-    const float g_last = gcum[tl * HV + hv];
-    float gc[2], u[32];
+    float g_last, gc[2], u[32];
     bool live[2];
+    if constexpr (VAR == 0) {
+      g_last = gcum[tl * HV + hv];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t tok = t0 + ra + 8 * hh;
-      live[hh] = tok < eos;
-      gc[hh] = live[hh] ? gcum[tok * HV + hv] : 0.f;
+      for (int hh = 0; hh < 2; ++hh) {
+        const int64_t tok = t0 + ra + 8 * hh;
+        live[hh] = tok < eos;
+        gc[hh] = live[hh] ? gcum[tok * HV + hv] : 0.f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float2 v = make_float2(0.f, 0.f);
-        if (live[hh]) v = *reinterpret_cast<const float2*>(up + (tok * HV + hv) * kV + col0 + 8 * i + cb);
-        u[4 * i + 2 * hh] = v.x;
-        u[4 * i + 2 * hh + 1] = v.y;
+        for (int i = 0; i < 8; ++i) {
+          float2 v = make_float2(0.f, 0.f);
+          if (live[hh]) v = *reinterpret_cast<const float2*>(up + (tok * HV + hv) * kV + col0 + 8 * i + cb);
+          u[4 * i + 2 * hh] = v.x;
+          u[4 * i + 2 * hh + 1] = v.y;
+        }
       }
     }
     fence_proxy_async();  // S tiles written by this warpgroup -> visible to the tensor cores
@@ -334,6 +370,24 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
     }
     wgmma_wait<0>();
     fence_regs(d);
+    if constexpr (VAR == 1) {  // from the stage (zero-filled rows past the end): shared-memory latency only
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(g_last) : "r"(sb + L::kOffG + 4u * uint32_t(tl - t0)));
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = ra + 8 * hh;
+        live[hh] = t0 + row < eos;
+        float g;
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(g) : "r"(sb + L::kOffG + 4u * uint32_t(row)));
+        gc[hh] = live[hh] ? g : 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t c = uint32_t(8 * i + cb) * 4;  // byte in the 256-byte row
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                       : "=f"(u[4 * i + 2 * hh]), "=f"(u[4 * i + 2 * hh + 1])
+                       : "r"(sb + L::kOffU + uint32_t(row) * 256 + (((c >> 4) ^ uint32_t(row & 7)) << 4) + (c & 15)));
+        }
+      }
+    }
     consumer_sync();  // rn visible
     // (3) D = U - W S, stored over U; D' = D * dec -> bf16 hi / lo tiles (MN-major B: rows t).
     const float eg = dexp(g_last);
@@ -398,12 +452,14 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
 }  // namespace gdr_sm90
 }  // namespace dk
 
-extern "C" dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params* p, dk_stream_t stream) {
+namespace {
+dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t stream) {
   using namespace dk::gdr_sm90;
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim != kV) return DK_ERR_UNSUPPORTED;
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
+  if (variant < 0 || variant > 1) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs == 0) return DK_OK;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535) return DK_ERR_INVALID_ARGUMENT;
   if (p->k % 16 || p->w % 16 || p->u % 16 || p->h % 16 || p->state % 16 || p->k_stride % 8) return DK_ERR_INVALID_ARGUMENT;
@@ -412,11 +468,29 @@ extern "C" dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params* p, dk_s
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (major != 9 || minor != 0) return DK_ERR_UNSUPPORTED;
-  // Per call (the attribute is per device; a host-side call, no launch): > 48 KB of dynamic shared memory.
-  if (cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)) != cudaSuccess)
-    return dk::launch_status();
   Args a{*p};
   dim3 grid(static_cast<unsigned>(p->num_seqs), static_cast<unsigned>(p->h_v), kV / kBV);
-  state_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(a);
+  auto* s = static_cast<cudaStream_t>(stream);
+  // Per call (the attribute is per device; a host-side call, no launch): > 48 KB of dynamic shared memory.
+  if (variant == 0) {
+    if (cudaFuncSetAttribute(state_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan<0>::kSmemBytes)) !=
+        cudaSuccess)
+      return dk::launch_status();
+    state_kernel<0><<<grid, kThreads, Plan<0>::kSmemBytes, s>>>(a);
+  } else {
+    if (cudaFuncSetAttribute(state_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan<1>::kSmemBytes)) !=
+        cudaSuccess)
+      return dk::launch_status();
+    state_kernel<1><<<grid, kThreads, Plan<1>::kSmemBytes, s>>>(a);
+  }
   return dk::launch_status();
+}
+}  // namespace
+
+extern "C" dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params* p, dk_stream_t stream) {
+  return launch_state(p, 0, stream);
+}
+
+extern "C" dk_status dk_gdr_chunk_state_sm90_variant(const DkGdrStateSm90Params* p, int variant, dk_stream_t stream) {
+  return launch_state(p, variant, stream);
 }

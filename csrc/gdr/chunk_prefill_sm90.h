@@ -23,6 +23,10 @@ typedef struct DkGdrStateSm90Params {
 
 /** Launches the state pass on `stream` (sm_90 devices only: DK_ERR_UNSUPPORTED elsewhere). */
 dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params *p, dk_stream_t stream);
+/** The same with a kernel variant (harness): 0 = dk_gdr_chunk_state_sm90 (U and gates read from global memory by
+ * the consumer, the measured v0); 1 = U and gates copied into the ring by the producer a chunk ahead (compiled,
+ * 0 spills, not yet run on a GPU). */
+dk_status dk_gdr_chunk_state_sm90_variant(const DkGdrStateSm90Params *p, int variant, dk_stream_t stream);
 
 #ifdef __cplusplus
 }
