@@ -399,3 +399,64 @@ fn sampling_ops_reject_bad_arguments() {
         assert!(matches!(e, deltakit::Error::DeviceMismatch { arg: "logits", .. }), "{e}");
     }
 }
+
+/// `topk_logprobs_ws` (vocabulary-split rows + merge when a workspace is given and rows are few)
+/// vs the reference: rows 1 / 3 / 16 / 300 (the last too many to split), k up to and past
+/// `TOPK_SPLIT_MAX_K`, vocabularies whose last slice is short, an all-ties row (the k lowest ids
+/// across slice borders) and a NaN row (ids -1, NaN logprobs) among normal rows.
+#[test]
+fn topk_logprobs_split_matches_reference() {
+    let Some(ctx) = gpu_or_skip("topk_logprobs_split_matches_reference") else { return };
+    let stream = ctx.default_stream();
+    let mut case = 0u64;
+    for (vocab, rows, k) in [
+        (QWEN_VOCAB, 1usize, 20usize),
+        (QWEN_VOCAB, 16, 20),
+        (QWEN_VOCAB, 3, 64),
+        (QWEN_VOCAB, 2, 65),
+        (3 * 8192 + 5, 1, 1),
+        (40_000, 300, 20),
+        (9000, 4, 20),
+    ] {
+        case += 1;
+        let (mut rng, seed) = common::rng(900 + case);
+        let mut logits = logits_case(&mut rng, rows, vocab, 8.0);
+        if rows >= 3 {
+            logits[..vocab].fill(bf16::from_f32(0.5)); // row 0: all ties
+            let at = vocab + rng.gen_range(0..vocab);
+            logits[at] = bf16::NAN; // row 1: a NaN
+        }
+        let what = format!("vocab={vocab} rows={rows} k={k} seed={seed}");
+        let dl = stream.clone_htod(&logits).unwrap();
+        let mut ids = stream.clone_htod(&vec![-7i32; rows * k]).unwrap();
+        let mut lps = stream.clone_htod(&vec![0.25f32; rows * k]).unwrap();
+        let mut ws = stream.alloc_zeros::<u8>(sample::topk_workspace_bytes(rows, k)).unwrap();
+        stream.memset_zeros(&mut ws).unwrap();
+        sample::topk_logprobs_ws(&stream, &dl, vocab, k, &mut ids, &mut lps, Some(&mut ws))
+            .unwrap();
+        let (gi, gl) = (stream.clone_dtoh(&ids).unwrap(), stream.clone_dtoh(&lps).unwrap());
+        for r in 0..rows {
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            if row.iter().any(|v| v.is_nan()) {
+                assert!(gi[r * k..(r + 1) * k].iter().all(|&i| i == -1), "NaN row ids: {what}");
+                assert!(gl[r * k..(r + 1) * k].iter().all(|v| v.is_nan()), "NaN row lps: {what}");
+                continue;
+            }
+            let expect = rs::topk_logprobs(row, vocab, k).unwrap();
+            for (j, &(id, lp)) in expect[0].iter().enumerate() {
+                assert_eq!(gi[r * k + j], id as i32, "id row {r} slot {j}: {what}");
+                if lp == f32::NEG_INFINITY {
+                    assert_eq!(gl[r * k + j], f32::NEG_INFINITY, "row {r} slot {j}: {what}");
+                    continue;
+                }
+                let err =
+                    (f64::from(gl[r * k + j]) - f64::from(lp)).abs() / (1.0 + f64::from(lp).abs());
+                assert!(
+                    err <= 1e-4,
+                    "logprob row {r} slot {j}: {} vs {lp} ({what})",
+                    gl[r * k + j]
+                );
+            }
+        }
+    }
+}

@@ -17,6 +17,8 @@
 #   ab        skinny-GEMM autotune A/B: the default (L2 flushed between timed launches, 16
 #             candidates) vs DELTAKIT_GEMM_TUNE=hot with 8 candidates (the tuning before
 #             2026-12-01), 9B b1 / b16 and 27B b1, graphs
+#   tunelog   the skinny-GEMM tuning log (DELTAKIT_GEMM_TUNE_LOG=1) of a 9B b1 run: best candidate per
+#             M = 1 shape
 #   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
 #             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
 #             summarised per kernel family by tools/ncu_step_table.py
@@ -32,7 +34,7 @@ B="${DELTAKIT_BUNDLE_DIR:-.gpu}"
 tests() {
   local f="$out/tests.log"
   : >"$f"
-  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" \
+  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" "elementwise" "sample" "attn -- prep" \
            "init_dummy -- --nocapture" "deltakit_engine -- dummy_init"; do
     local t0; t0=$(date +%s)
     # shellcheck disable=SC2086
@@ -106,6 +108,16 @@ ab() {
   done
 }
 
+tunelog() {
+  local f="$out/tunelog.log"
+  DELTAKIT_GEMM_TUNE_LOG=1 timeout 150 "$B/run" --cli bench --device cuda:0 --config tests/configs/qwen3.5-9b \
+    --load-format dummy --batch 1 --prompt-len 64 --gen-len 16 >"$f" 2>&1
+  summary+=("tunelog 9b b1: rc $?")
+  # The fastest candidate per M = 1 shape (and how many were timed).
+  awk '/^gemm tune M=1 /{key=$3" "$4" "$5; t=$(NF-1)+0; n[key]++; if (!(key in best) || t < best[key]) {best[key]=t; line[key]=$0}}
+       END {for (k in best) print "  best of " n[k] ": " line[k]}' "$f" | sort >>"$out/tunelog.best"
+}
+
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -124,6 +136,7 @@ for s in "${steps[@]}"; do
     breakdown) breakdown ;;
     ab) ab ;;
     ncugraph) ncugraph ;;
+    tunelog) tunelog ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
@@ -131,4 +144,5 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader >"$out/g
 echo "==== engine device run ($(( $(date +%s) - t_start ))s; logs in $out)"
 printf '%s\n' "${summary[@]}"
 [ -f "$out/breakdown.log" ] && grep -E "^===|^breakdown|^  " "$out/breakdown.log"
+[ -f "$out/tunelog.best" ] && cat "$out/tunelog.best"
 [ -f "$out/ncugraph.log" ] && grep -A60 "^ncu step table" "$out/ncugraph.log"

@@ -18,6 +18,7 @@ from collections import defaultdict
 
 SCALE = {
     "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # -> microseconds
+    "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6,
     "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
 }
 

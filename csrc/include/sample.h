@@ -18,7 +18,21 @@ typedef struct DkTopkLogprobsParams {
   int64_t rows;
   int64_t vocab;
   int64_t k;
+  /** Optional device workspace (0: none; else 16-byte aligned) of workspace_bytes: with one, few
+   *  rows and k <= DK_TOPK_SPLIT_MAX_K, each row is split over up to DK_TOPK_MAX_SPLITS CTAs by
+   *  vocabulary slice and merged by a second kernel (same ids; logprobs equal up to f32 rounding
+   *  of the logsumexp). Size it with dk_topk_workspace_bytes(rows, DK_TOPK_MAX_SPLITS, k). */
+  uint64_t workspace;
+  int64_t workspace_bytes;
 } DkTopkLogprobsParams;
+
+/** Most vocabulary slices per row of the split top-k. */
+#define DK_TOPK_MAX_SPLITS 32
+/** Largest k the split top-k takes (its merge ranks splits * k candidates per row). */
+#define DK_TOPK_SPLIT_MAX_K 64
+
+/** Workspace bytes of the split top-k for `rows` rows, `splits` slices and `k`. */
+int64_t dk_topk_workspace_bytes(int64_t rows, int64_t splits, int64_t k);
 
 /** sample.topk_logprobs (CUDA C++, csrc/sample/topk.cu). */
 dk_status dk_sample_topk_logprobs(const DkTopkLogprobsParams *p, dk_stream_t stream);

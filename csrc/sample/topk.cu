@@ -4,8 +4,9 @@
 // is deltakit_ref::sample::topk_logprobs).
 //
 // Layout: logits bf16 [rows, vocab] contiguous; ids i32 [rows, k]; logprobs f32 [rows, k].
-// Thread mapping: one CTA of 1024 threads per row, three passes over the row (the row stays in L2
-// after the first):
+// Thread mapping: one CTA of 1024 threads per row (or, with a workspace and few rows, per (row,
+// vocabulary slice) plus a merge CTA per row: see SplitWs), three passes over the row (the row
+// stays in L2 after the first):
 //   1. NaN flag, row max, and a histogram of the high byte of the 16-bit order key (key16) of
 //      every element (lane-private shared-memory copies, integer atomics: deterministic);
 //      a suffix scan picks the high byte hb of the k-th largest key.
@@ -27,9 +28,34 @@ using namespace dk_sample;
 constexpr int kMaxK = DK_TOPK_MAX;
 constexpr int kCopies = 32;  // u32 histogram copies (32 KiB)
 
+// Split mode (vocab-parallel; rows x splits CTAs): CTA (r, s) runs the three passes over the slice
+// [s * slice, min(vocab, (s + 1) * slice)) of row r and writes its k candidates (unsorted key + id)
+// and its (max, sum of exp(x - max)) to the workspace; topk_merge_kernel ranks the splits' k
+// candidates per row and forms logsumexp from the partial sums. Requires k <= every slice's length.
+struct SplitWs {
+  uint32_t* key;  // [rows, splits, k]
+  int32_t* id;    // [rows, splits, k]
+  float2* ms;     // [rows, splits]: (max, sum); max = NaN flags a NaN in the slice
+  int64_t slice;
+};
+
+// A NaN row (or the unreachable selection failure): ids -1 and NaN logprobs in all k slots; in
+// split mode the slice's (max, sum) = (NaN, 0) instead, which the merge turns into the same.
+__device__ __forceinline__ void poison(bool split, int t, int k, int32_t* out_ids, float* out_lp, float2* ms) {
+  if (split) {
+    if (t == 0) *ms = make_float2(__int_as_float(0x7fffffff), 0.0f);
+    return;
+  }
+  for (int i = t; i < k; i += kThreads) {
+    out_ids[i] = -1;
+    out_lp[i] = __int_as_float(0x7fffffff);
+  }
+}
+
+template <bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1)
     topk_kernel(const uint16_t* __restrict__ logits, int32_t* __restrict__ ids, float* __restrict__ logprobs,
-                int64_t vocab, int k) {
+                int64_t vocab, int k, SplitWs ws) {
   __shared__ uint32_t hist[kBins * kCopies];
   __shared__ uint32_t bins[kBins];
   __shared__ uint32_t scan_ws[kWarps + 1];
@@ -43,7 +69,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int t = threadIdx.x;
   const int64_t r = blockIdx.x;
-  const uint16_t* row = logits + r * vocab;
+  const int64_t lo = SPLIT ? static_cast<int64_t>(blockIdx.y) * ws.slice : 0;
+  const int64_t n = SPLIT ? min(ws.slice, vocab - lo) : vocab;
+  const uint16_t* row = logits + r * vocab + lo;
+  const int64_t wrow = SPLIT ? r * gridDim.y + blockIdx.y : 0;  // workspace row of this CTA
   int32_t* out_ids = ids + r * k;
   float* out_lp = logprobs + r * k;
 
@@ -57,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Pass 1: NaN flag, max, high-byte histogram.
   float mx = -INFINITY;
   int nan = 0;
-  for_each_tile(row, vocab, [&](int64_t, const uint32_t* v, int cnt) {
+  for_each_tile(row, n, [&](int64_t, const uint32_t* v, int cnt) {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
       if (e < cnt) {
@@ -72,10 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   });
   if (__syncthreads_or(nan)) {
-    for (int i = t; i < k; i += kThreads) {
-      out_ids[i] = -1;
-      out_lp[i] = __int_as_float(0x7fffffff);
-    }
+    poison(SPLIT, t, k, out_ids, out_lp, ws.ms + wrow);
     return;
   }
   const float m = block_max(mx, red_ws);
@@ -88,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Pass 2: sum of exp(x - m); low-byte histogram inside high byte hb.
   float s = 0.0f;
-  for_each_tile(row, vocab, [&](int64_t, const uint32_t* v, int cnt) {
+  for_each_tile(row, n, [&](int64_t, const uint32_t* v, int cnt) {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
       if (e < cnt) {
@@ -104,11 +130,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   sum_copies<uint32_t, kCopies>(hist, bins);
   select_bin<uint32_t>(bins, static_cast<uint32_t>(k) - above1, sel_ws, &sel_bin2, &sel_above2);
   const int lb = sel_bin2;
-  if (hb < 0 || lb < 0) {  // unreachable for 1 <= k <= vocab without NaN; never read out of bounds
-    for (int i = t; i < k; i += kThreads) {
-      out_ids[i] = -1;
-      out_lp[i] = __int_as_float(0x7fffffff);
-    }
+  if (hb < 0 || lb < 0) {  // unreachable for 1 <= k <= n without NaN; never read out of bounds
+    poison(SPLIT, t, k, out_ids, out_lp, ws.ms + wrow);
     return;
   }
   const uint32_t thr = (static_cast<uint32_t>(hb) << 8) | static_cast<uint32_t>(lb);
@@ -116,7 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t need_eq = static_cast<uint32_t>(k) - n_gt;  // >= 1 of the key == thr ones
 
   // Pass 3: collect the candidates.
-  for_each_tile(row, vocab, [&](int64_t first, const uint32_t* v, int cnt) {
+  for_each_tile(row, n, [&](int64_t first, const uint32_t* v, int cnt) {
+    first += lo;
     uint32_t my_eq = 0;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
@@ -153,6 +177,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   });
   __syncthreads();
 
+  if constexpr (SPLIT) {
+    if (t < k) {
+      ws.key[wrow * k + t] = cand_key[t];
+      ws.id[wrow * k + t] = cand_id[t];
+    }
+    if (t == 0) ws.ms[wrow] = make_float2(m, s);
+    return;
+  }
   // Rank sort of the k candidates by (key desc, id asc); (key, id) pairs are distinct.
   if (t < k) {
     const uint32_t key = cand_key[t];
@@ -167,7 +199,90 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Merge of the split kernel's partials, one CTA per row: logsumexp = M + log(sum_s sum_s' exp(m_s -
+// M)) with M = max_s m_s (a NaN slice poisons the row as in the single-CTA kernel), then a rank
+// sort of the splits * k candidates by (key desc, id asc) keeping ranks < k.
+constexpr int kMergeThreads = 256;
+
+__global__ void __launch_bounds__(kMergeThreads)
+    topk_merge_kernel(int32_t* __restrict__ ids, float* __restrict__ logprobs, int k, int splits, SplitWs ws) {
+  __shared__ float lse_s;
+  __shared__ int nan_s;
+  const int64_t r = blockIdx.x;
+  const int t = threadIdx.x;
+  int32_t* out_ids = ids + r * k;
+  float* out_lp = logprobs + r * k;
+  const float2* ms = ws.ms + r * splits;
+  if (t == 0) {
+    int nan = 0;
+    float m = -INFINITY;
+    for (int i = 0; i < splits; ++i) {
+      if (isnan(ms[i].x)) nan = 1; else m = fmaxf(m, ms[i].x);
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < splits; ++i) sum += ms[i].y * __expf(ms[i].x - m);
+    nan_s = nan;
+    lse_s = m + logf(sum);
+  }
+  __syncthreads();
+  if (nan_s) {
+    for (int i = t; i < k; i += kMergeThreads) {
+      out_ids[i] = -1;
+      out_lp[i] = __int_as_float(0x7fffffff);
+    }
+    return;
+  }
+  // The row's candidates in shared memory: the rank sort reads each of them total times.
+  __shared__ uint32_t key[DK_TOPK_MAX_SPLITS * DK_TOPK_SPLIT_MAX_K];
+  __shared__ int32_t id[DK_TOPK_MAX_SPLITS * DK_TOPK_SPLIT_MAX_K];
+  const int total = splits * k;
+  for (int c = t; c < total; c += kMergeThreads) {
+    key[c] = ws.key[r * total + c];
+    id[c] = ws.id[r * total + c];
+  }
+  __syncthreads();
+  for (int c = t; c < total; c += kMergeThreads) {
+    const uint32_t kc = key[c];
+    const int32_t ic = id[c];
+    int rank = 0;
+    for (int j = 0; j < total && rank < k; ++j) {
+      const uint32_t kj = key[j];
+      rank += (kj > kc || (kj == kc && id[j] < ic)) ? 1 : 0;
+    }
+    if (rank < k) {
+      out_ids[rank] = ic;
+      out_lp[rank] = bf16_bits_to_float(bits_of_key(kc)) - lse_s;
+    }
+  }
+}
+
+// Splits for a call: enough CTAs to cover the SMs about twice, slices of at least kMinSlice and
+// at least k elements, at most DK_TOPK_MAX_SPLITS; 1 when the workspace is too small or k is too
+// large for the merge's rank sort.
+constexpr int64_t kMinSlice = 4096;
+
+int64_t choose_splits(const DkTopkLogprobsParams* p, int sms) {
+  if (p->workspace == 0 || p->k > DK_TOPK_SPLIT_MAX_K) return 1;
+  int64_t s = dk::ceil_div(static_cast<int64_t>(2 * sms), p->rows);
+  const int64_t by_len = p->vocab / (kMinSlice > p->k ? kMinSlice : p->k);
+  if (s > by_len) s = by_len;
+  if (s > DK_TOPK_MAX_SPLITS) s = DK_TOPK_MAX_SPLITS;
+  while (s > 1) {
+    const int64_t slice = dk::ceil_div(p->vocab, s);
+    const int64_t last = p->vocab - (s - 1) * slice;
+    if (last >= p->k && dk_topk_workspace_bytes(p->rows, s, p->k) <= p->workspace_bytes) break;
+    --s;
+  }
+  return s < 1 ? 1 : s;
+}
+
 }  // namespace
+
+extern "C" int64_t dk_topk_workspace_bytes(int64_t rows, int64_t splits, int64_t k) {
+  // key u32 + id i32 per candidate, then (max, sum) per (row, split), each region 16-byte aligned.
+  const int64_t cand = dk::ceil_div(rows * splits * k * 4, static_cast<int64_t>(16)) * 16;
+  return 2 * cand + rows * splits * 8;
+}
 
 extern "C" dk_status dk_sample_topk_logprobs(const DkTopkLogprobsParams* p, dk_stream_t stream) {
   if (p == nullptr || p->rows < 0 || p->vocab <= 0 || p->vocab > INT32_MAX) return DK_ERR_INVALID_ARGUMENT;
@@ -175,8 +290,30 @@ extern "C" dk_status dk_sample_topk_logprobs(const DkTopkLogprobsParams* p, dk_s
   if (p->rows == 0) return DK_OK;
   if (p->rows > 0x7fffffff || p->logits == 0 || p->ids == 0 || p->logprobs == 0) return DK_ERR_INVALID_ARGUMENT;
   if (p->logits % 2 != 0 || p->ids % 4 != 0 || p->logprobs % 4 != 0) return DK_ERR_INVALID_ARGUMENT;
-  topk_kernel<<<static_cast<unsigned>(p->rows), kThreads, 0, stream>>>(
-      reinterpret_cast<const uint16_t*>(p->logits), reinterpret_cast<int32_t*>(p->ids),
-      reinterpret_cast<float*>(p->logprobs), p->vocab, static_cast<int>(p->k));
+  if (p->workspace != 0 && (p->workspace % 16 != 0 || p->workspace_bytes < 0)) return DK_ERR_INVALID_ARGUMENT;
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t splits = choose_splits(p, sms);
+  const auto* logits = reinterpret_cast<const uint16_t*>(p->logits);
+  auto* ids = reinterpret_cast<int32_t*>(p->ids);
+  auto* lp = reinterpret_cast<float*>(p->logprobs);
+  const int k = static_cast<int>(p->k);
+  if (splits <= 1) {
+    topk_kernel<false><<<static_cast<unsigned>(p->rows), kThreads, 0, stream>>>(logits, ids, lp, p->vocab, k,
+                                                                                 SplitWs{});
+    return dk::launch_status();
+  }
+  SplitWs ws{};
+  const int64_t cand = dk::ceil_div(p->rows * splits * p->k * 4, static_cast<int64_t>(16)) * 16;
+  ws.key = reinterpret_cast<uint32_t*>(p->workspace);
+  ws.id = reinterpret_cast<int32_t*>(p->workspace + cand);
+  ws.ms = reinterpret_cast<float2*>(p->workspace + 2 * cand);
+  ws.slice = dk::ceil_div(p->vocab, splits);
+  const dim3 grid(static_cast<unsigned>(p->rows), static_cast<unsigned>(splits));
+  topk_kernel<true><<<grid, kThreads, 0, stream>>>(logits, ids, lp, p->vocab, k, ws);
+  const dk_status st = dk::launch_status();
+  if (st != DK_OK) return st;
+  topk_merge_kernel<<<static_cast<unsigned>(p->rows), kMergeThreads, 0, stream>>>(ids, lp, k,
+                                                                                  static_cast<int>(splits), ws);
   return dk::launch_status();
 }

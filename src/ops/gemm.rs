@@ -43,6 +43,10 @@ struct Plan {
     algo: sys::cublasLtMatmulAlgo_t,
     /// Further heuristic candidates (best first), timed on first use for skinny shapes.
     candidates: Vec<sys::cublasLtMatmulAlgo_t>,
+    /// The plan's `(M, N, K)` (for the tuning log).
+    m: usize,
+    n: usize,
+    k: usize,
 }
 
 /// Shapes with at most this many rows (decode steps: one row per sequence) have their algorithm
@@ -56,18 +60,61 @@ pub const TUNE_MAX_M: usize = 256;
 /// 1..=64; 1 turns tuning off).
 pub const TUNE_CANDIDATES: usize = 16;
 
-/// Bytes written between timed launches while tuning, so that every candidate reads its weights
-/// from DRAM as a decode step does (a step streams every layer's weights once: they are never in
-/// L2, while back-to-back launches of one 32 MB weight would hit the H200's 50 MB L2). Twice the
-/// largest L2 of the supported GPUs.
-pub const TUNE_FLUSH_BYTES: usize = 128 << 20;
+/// While tuning, the weights are timed in rotation over copies that together span at least this
+/// many bytes (at most [`TUNE_MAX_COPIES`] copies), so that every timed launch reads its weights
+/// from DRAM as a decode step does: a step streams every layer's weights once, so they are never
+/// in L2, while back-to-back launches of one 32 MB weight would hit the H200's 50 MB L2. (An
+/// earlier form flushed L2 with a memset between launches; its dirty lines were written back
+/// during the timed launch and skewed the choice: ncu, 2026-12-01.)
+pub const TUNE_ROTATE_BYTES: usize = 256 << 20;
 
-/// Timed launches per candidate (each after an L2 flush); the candidate's time is their sum.
+/// Most weight copies in the tuning rotation.
+pub const TUNE_MAX_COPIES: usize = 8;
+
+/// Timed passes over the rotation per candidate (after one warm-up pass).
 pub const TUNE_REPS: usize = 3;
 
+/// Heuristic candidates whose split-K variants are also timed (see `Gemm::split_k_variants`).
+pub const SPLIT_K_BASES: usize = 4;
+
+/// `CUBLASLT_ALGO_CONFIG_SPLITK_NUM` values tried on each of those candidates.
+pub const SPLIT_K_VALUES: &[i32] = &[2, 4, 8, 16];
+
+/// `DELTAKIT_GEMM_TUNE_LOG=1`: print every tuned shape's candidate times to stderr (a profiling
+/// aid; the library prints nothing otherwise).
+fn tune_log() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("DELTAKIT_GEMM_TUNE_LOG").is_ok_and(|v| v == "1"))
+}
+
+/// `(algorithm id, tile id, split-K count)` of an algorithm, for the tuning log.
+fn algo_config(algo: &sys::cublasLtMatmulAlgo_t) -> [i32; 3] {
+    use sys::cublasLtMatmulAlgoConfigAttributes_t as A;
+    [
+        A::CUBLASLT_ALGO_CONFIG_ID,
+        A::CUBLASLT_ALGO_CONFIG_TILE_ID,
+        A::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+    ]
+    .map(|attr| {
+        let mut v = 0i32;
+        let mut written = 0usize;
+        // SAFETY: reads one plain-data attribute of a valid algorithm into a 4-byte buffer.
+        let _ = unsafe {
+            sys::cublasLtMatmulAlgoConfigGetAttribute(
+                algo,
+                attr,
+                (&raw mut v).cast(),
+                std::mem::size_of::<i32>(),
+                &raw mut written,
+            )
+        };
+        v
+    })
+}
+
 /// Tuning settings read once from the environment: `(candidates, cold)`.
-/// `DELTAKIT_GEMM_TUNE=hot` times back-to-back launches without flushing L2 (the behaviour before
-/// 2026-12-01, kept for A/B measurements); anything else (or unset) flushes.
+/// `DELTAKIT_GEMM_TUNE=hot` times back-to-back launches of the real weights (the behaviour before
+/// 2026-12-01, kept for A/B measurements); anything else (or unset) rotates over weight copies.
 fn tune_settings() -> (usize, bool) {
     static S: std::sync::OnceLock<(usize, bool)> = std::sync::OnceLock::new();
     *S.get_or_init(|| {
@@ -190,6 +237,9 @@ impl Gemm {
             // SAFETY: plain-data struct; overwritten by the heuristic below before use.
             algo: unsafe { std::mem::zeroed() },
             candidates: Vec::new(),
+            m: key.m,
+            n: key.n,
+            k: key.k,
         };
         let trans: i32 = 1;
         // SAFETY: valid desc; the attribute buffer lives across the call.
@@ -261,14 +311,64 @@ impl Gemm {
         })?;
         plan.algo = heur[0].algo;
         plan.candidates = heur.iter().map(|h| h.algo).collect();
+        if plan.candidates.len() > 1 {
+            let extra = self.split_k_variants(&plan, &heur);
+            plan.candidates.extend(extra);
+        }
         Ok(plan)
     }
 
+    /// Split-K variants of the heuristic's first [`SPLIT_K_BASES`] candidates: the same algorithm
+    /// and tile with `CUBLASLT_ALGO_CONFIG_SPLITK_NUM` in [`SPLIT_K_VALUES`], kept where
+    /// `cublasLtMatmulAlgoCheck` accepts them within the handle's workspace. A decode GEMM (M of a
+    /// few rows) has too few output tiles to fill 132 SMs without splitting K; the heuristic's own
+    /// list for `1 x 4096 x 4096` offered no split-K choice faster than 1.4 TB/s (ncu,
+    /// 2026-12-01), while a split-K form of the same shape read at 2.8 TB/s in an earlier run.
+    fn split_k_variants(
+        &self,
+        plan: &Plan,
+        heur: &[sys::cublasLtMatmulHeuristicResult_t],
+    ) -> Vec<sys::cublasLtMatmulAlgo_t> {
+        let mut out = Vec::new();
+        for h in heur.iter().take(SPLIT_K_BASES) {
+            for &split in SPLIT_K_VALUES {
+                let mut algo = h.algo;
+                // SAFETY: `algo` is a plain-data copy of an algorithm cuBLASLt returned; the
+                // attribute buffer lives across the call; the check only reads the descriptors.
+                let ok = unsafe {
+                    let set = sys::cublasLtMatmulAlgoConfigSetAttribute(
+                        &raw mut algo,
+                        sys::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                        (&raw const split).cast(),
+                        std::mem::size_of::<i32>(),
+                    );
+                    let mut res: sys::cublasLtMatmulHeuristicResult_t = std::mem::zeroed();
+                    set == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                        && sys::cublasLtMatmulAlgoCheck(
+                            self.handle,
+                            plan.desc,
+                            plan.a,
+                            plan.b,
+                            plan.c,
+                            plan.c,
+                            &raw const algo,
+                            &raw mut res,
+                        ) == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                        && res.workspaceSize <= WORKSPACE_BYTES
+                };
+                if ok {
+                    out.push(algo);
+                }
+            }
+        }
+        out
+    }
+
     /// Time `plan`'s candidates on the call's operands (`out` is overwritten; `accumulate` plans
-    /// have a single candidate) and keep the fastest: 2 warm-up launches, then [`TUNE_REPS`]
-    /// launches each timed alone with CUDA events after a [`TUNE_FLUSH_BYTES`] memset that evicts
-    /// the weights from L2 (see [`TUNE_FLUSH_BYTES`]). Never while the stream is being captured
-    /// into a graph.
+    /// have a single candidate) and keep the fastest: one warm-up pass, then [`TUNE_REPS`] timed
+    /// passes (CUDA events) over a rotation of weight copies spanning [`TUNE_ROTATE_BYTES`] (see
+    /// there; the copies live only while tuning, and without memory for them the real weights
+    /// are timed back to back). Never while the stream is being captured into a graph.
     #[allow(clippy::too_many_arguments)]
     fn tune(&self, plan: &mut Plan, xp: u64, wp: u64, op: u64, wsp: u64) -> Result<()> {
         if plan.candidates.len() < 2 {
@@ -281,44 +381,63 @@ impl Gemm {
             return Ok(());
         }
         let cold = tune_settings().1;
-        // Freed when tuning ends: the flush buffer is not kept for the handle's lifetime.
-        let mut flush = if cold { Some(stream.alloc_zeros::<u8>(TUNE_FLUSH_BYTES)?) } else { None };
+        let w_bytes = plan.n * plan.k * std::mem::size_of::<bf16>();
+        let copies =
+            if cold { TUNE_ROTATE_BYTES.div_ceil(w_bytes).clamp(1, TUNE_MAX_COPIES) } else { 1 };
+        // Freed when tuning ends. An allocation failure only shortens the rotation.
+        let scratch =
+            if copies > 1 { stream.alloc_zeros::<u8>((copies - 1) * w_bytes).ok() } else { None };
+        let mut wptrs = vec![wp];
+        if let Some(sc) = scratch.as_ref() {
+            let (base, _g) = sc.device_ptr(stream);
+            for i in 0..copies - 1 {
+                let dst = base + (i * w_bytes) as u64;
+                // SAFETY: `dst` spans w_bytes inside `sc`; `wp` is the caller's live weight of
+                // w_bytes; both on this handle's stream.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(dst, wp, w_bytes, stream.cu_stream())
+                }?;
+                wptrs.push(dst);
+            }
+        }
+        let reps = if cold { TUNE_REPS } else { 5 };
         let ctx = stream.context();
         let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut best = (f32::INFINITY, plan.algo);
         for algo in plan.candidates.clone() {
-            let run = |n: usize| -> Result<()> {
+            let pass = |n: usize| -> Result<()> {
                 for _ in 0..n {
-                    // SAFETY: as in `linear` (same operands and layouts), with another algorithm
-                    // cuBLASLt itself proposed for these layouts.
-                    unsafe { self.matmul(plan, &algo, xp, wp, op, wsp, 0.0) }?;
+                    for &w in &wptrs {
+                        // SAFETY: as in `linear` (same operands and layouts; `w` is the weight
+                        // or a copy of it), with another algorithm cuBLASLt itself proposed.
+                        unsafe { self.matmul(plan, &algo, xp, w, op, wsp, 0.0) }?;
+                    }
                 }
                 Ok(())
             };
-            if run(2).is_err() {
+            if pass(1).is_err() {
                 continue; // a candidate that fails to launch is skipped
             }
-            let mut ms = 0f32;
-            if let Some(f) = flush.as_mut() {
-                for _ in 0..TUNE_REPS {
-                    stream.memset_zeros(f)?;
-                    let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
-                    a.record(stream)?;
-                    run(1)?;
-                    b.record(stream)?;
-                    ms += a.elapsed_ms(&b)?;
-                }
-            } else {
-                let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
-                a.record(stream)?;
-                run(5)?;
-                b.record(stream)?;
-                ms = a.elapsed_ms(&b)?;
+            let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
+            a.record(stream)?;
+            pass(reps)?;
+            b.record(stream)?;
+            let ms = a.elapsed_ms(&b)? / (reps * wptrs.len()) as f32;
+            if tune_log() {
+                let [id, tile, split] = algo_config(&algo);
+                eprintln!(
+                    "gemm tune M={} N={} K={}: algo {id} tile {tile} split-k {split}: {:.1} us",
+                    plan.m,
+                    plan.n,
+                    plan.k,
+                    ms * 1e3
+                );
             }
             if ms < best.0 {
                 best = (ms, algo);
             }
         }
+        drop(scratch);
         plan.algo = best.1;
         plan.candidates.clear();
         Ok(())

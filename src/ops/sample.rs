@@ -5,7 +5,7 @@
 //! - `sample.top_p` (`csrc/sample/top_p.cu`), CPU twin `deltakit_ref::sample::top_p_sample`
 //!   (bitwise the same tokens).
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::bf16;
 
 use crate::error::{Error, Result};
@@ -94,6 +94,45 @@ pub fn topk_logprobs(
     ids: &mut impl DevicePtrMut<i32>,
     logprobs: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
+    topk_logprobs_ws(stream, logits, vocab, k, ids, logprobs, None::<&mut CudaSlice<u8>>)
+}
+
+/// Workspace bytes that let [`topk_logprobs_ws`] split each of `rows` rows over vocabulary slices
+/// (for any `k <= TOPK_SPLIT_MAX_K`; larger `k` never splits and needs none).
+#[must_use]
+pub fn topk_workspace_bytes(rows: usize, k: usize) -> usize {
+    let (r, k) = (i64::try_from(rows).unwrap_or(i64::MAX), i64::try_from(k).unwrap_or(i64::MAX));
+    // SAFETY: pure arithmetic on its arguments.
+    let b = unsafe { ffi::dk_topk_workspace_bytes(r, TOPK_MAX_SPLITS, k) };
+    usize::try_from(b).unwrap_or(0)
+}
+
+/// Largest `k` for which [`topk_logprobs_ws`] splits rows over vocabulary slices
+/// (`DK_TOPK_SPLIT_MAX_K` in `csrc/include/sample.h`).
+pub const TOPK_SPLIT_MAX_K: usize = 64;
+
+/// Most vocabulary slices per row (`DK_TOPK_MAX_SPLITS` in `csrc/include/sample.h`).
+const TOPK_MAX_SPLITS: i64 = 32;
+
+/// [`topk_logprobs`] with an optional device workspace of [`topk_workspace_bytes`]`(rows, k)`
+/// bytes (caller-owned, so safe inside graph capture). With it, when the rows alone would leave
+/// most SMs idle (decode: a few rows of a 248k vocabulary on one CTA each took ~120 us on an H200,
+/// ncu 2026-12-01) and `k <= TOPK_SPLIT_MAX_K`, each row is split over up to 32 CTAs by
+/// vocabulary slice and a second kernel merges the slices: the same ids, logprobs equal to the
+/// one-CTA result up to f32 rounding of the logsumexp (the partial sums are combined in another
+/// order). A smaller workspace splits less (or not at all); its contents are scratch.
+///
+/// # Errors
+/// As [`topk_logprobs`]; [`Error::Shape`] naming `workspace` if it is not 16-byte aligned.
+pub fn topk_logprobs_ws(
+    stream: &CudaStream,
+    logits: &impl DevicePtr<bf16>,
+    vocab: usize,
+    k: usize,
+    ids: &mut impl DevicePtrMut<i32>,
+    logprobs: &mut impl DevicePtrMut<f32>,
+    workspace: Option<&mut impl DevicePtrMut<u8>>,
+) -> Result<()> {
     const OP: &str = "sample.topk_logprobs";
     let rows = logits_rows(OP, logits.len(), vocab)?;
     if k == 0 || k > TOPK_MAX || k > vocab {
@@ -111,6 +150,18 @@ pub fn topk_logprobs(
     let (lp, _g1) = logits.device_ptr(stream);
     let (ip, _g2) = ids.device_ptr_mut(stream);
     let (op, _g3) = logprobs.device_ptr_mut(stream);
+    let (wp, wlen, _g4) = match workspace {
+        Some(w) => {
+            same_context(OP, "workspace", stream, w)?;
+            let len = w.len();
+            let (p, g) = w.device_ptr_mut(stream);
+            if p % 16 != 0 {
+                return Err(Error::shape(OP, "workspace", "a 16-byte aligned address", p % 16));
+            }
+            (p, len, Some(g))
+        }
+        None => (0, 0, None),
+    };
     let params = ffi::DkTopkLogprobsParams {
         logits: lp,
         ids: ip,
@@ -118,6 +169,8 @@ pub fn topk_logprobs(
         rows: validate::i64_of(OP, "logits", rows)?,
         vocab: validate::i64_of(OP, "vocab", vocab)?,
         k: validate::i64_of(OP, "k", k)?,
+        workspace: wp,
+        workspace_bytes: validate::i64_of(OP, "workspace", wlen)?,
     };
     // SAFETY: live device buffers of the checked lengths in the stream's context.
     check(OP, unsafe { ffi::dk_sample_topk_logprobs(&raw const params, raw_stream(stream)) })

@@ -237,6 +237,9 @@ pub mod cuda {
         let row = static_input_row_bytes(pages_per_seq)
             + 40
             + 8 * crate::backend::cuda::STATIC_TOPK as u64
+            // the split top-k's workspace (vocabulary slices of few rows, see sample_static).
+            + deltakit::ops::sample::topk_workspace_bytes(1, crate::backend::cuda::STATIC_TOPK)
+                as u64
             // the bucket's logits copy and, at TP > 1, the all-gathered [tp, rows, vocab/tp].
             + 2 * (cfg.vocab_size / tp) as u64 * if tp > 1 { 1 + tp as u64 } else { 1 };
         let per_graph = if graphs.enabled { 4 << 20 } else { 0 };

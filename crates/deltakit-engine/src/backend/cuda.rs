@@ -245,6 +245,8 @@ struct DecodeStatic {
     out_ids: CudaSlice<i32>,
     topk_ids: CudaSlice<i32>,
     topk_lp: CudaSlice<f32>,
+    /// `sample.topk_logprobs`'s split workspace (few rows over many SMs).
+    topk_ws: CudaSlice<u8>,
     /// `[rows, vocab_local]` copy of the LM head output (read after a replay).
     logits: CudaSlice<bf16>,
     /// TP > 1: `[tp, rows, vocab_local]` all-gathered logits.
@@ -475,6 +477,9 @@ impl CudaBackend {
             out_ids: z32(rows)?,
             topk_ids: z32(rows * STATIC_TOPK)?,
             topk_lp: s.alloc_zeros::<f32>(rows * STATIC_TOPK).map_err(drv)?,
+            topk_ws: s
+                .alloc_zeros::<u8>(sample::topk_workspace_bytes(rows, STATIC_TOPK).max(16))
+                .map_err(drv)?,
             logits: s.alloc_zeros::<bf16>(rows * vocab_local).map_err(drv)?,
             gathered: if tp > 1 {
                 Some(s.alloc_zeros::<bf16>(tp * rows * vocab_local).map_err(drv)?)
@@ -688,7 +693,16 @@ impl CudaBackend {
             let k = STATIC_TOPK.min(vocab);
             let (mut ti, mut tl) =
                 (st.topk_ids.slice_mut(..rows * k), st.topk_lp.slice_mut(..rows * k));
-            sample::topk_logprobs(s, &st.logits, vocab, k, &mut ti, &mut tl).map_err(dk)?;
+            sample::topk_logprobs_ws(
+                s,
+                &st.logits,
+                vocab,
+                k,
+                &mut ti,
+                &mut tl,
+                Some(&mut st.topk_ws),
+            )
+            .map_err(dk)?;
             if mode == SampleMode::TopP {
                 sample::top_p(
                     s,
