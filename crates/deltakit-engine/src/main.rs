@@ -251,6 +251,7 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     let cli = Cli::parse();
+    deltakit_engine::dist::spawn::watch_launcher();
     let common = match &cli.command {
         Command::Info => None,
         Command::Generate(a) => Some(&a.common),

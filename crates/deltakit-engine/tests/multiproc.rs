@@ -381,3 +381,67 @@ fn multiproc_rank_error_panic_and_stall_fail_every_process() {
         assert!(d.took < Duration::from_secs(timeout.parse::<u64>().unwrap() + 4), "{:?}", d.took);
     }
 }
+
+/// Children of `pid` (Linux: parent pid is field 4 of /proc/PID/stat).
+#[cfg(target_os = "linux")]
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // `pid (comm) state ppid ...`; comm may hold spaces: split after the last ')'.
+        let rest = stat.rsplit_once(')').map_or("", |r| r.1);
+        if rest.split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok()) == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Whether `pid` is still running (not gone, not a zombie).
+#[cfg(target_os = "linux")]
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|r| r.1.trim_start().starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// A node launcher killed mid-decode takes its rank processes with it: they see their stdin
+/// pipe from the launcher close and exit (no rank outlives its launcher).
+#[cfg(target_os = "linux")]
+#[test]
+fn multiproc_killed_launcher_takes_its_ranks_down() {
+    let args = gen_args("tiny-causal", &[vec![5, 7, 11]], 12);
+    let mut c = bin();
+    c.args(&args).args(["--nproc-per-node", "2", "--inject-fault", "1:stall:3:60000@3"]);
+    let mut launcher = c.spawn().unwrap();
+    let out = launcher.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let t0 = Instant::now();
+    loop {
+        let line = rx.recv_timeout(LIMIT.saturating_sub(t0.elapsed())).expect("no decode");
+        if line.contains("\"kind\":\"token\"") {
+            break;
+        }
+    }
+    let ranks = children_of(launcher.id());
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    launcher.kill().unwrap();
+    let _ = launcher.wait();
+    let t_kill = Instant::now();
+    while ranks.iter().any(|&p| alive(p)) {
+        assert!(t_kill.elapsed() < Duration::from_secs(10), "ranks outlived the launcher");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("both ranks gone {:?} after the launcher was killed", t_kill.elapsed());
+}

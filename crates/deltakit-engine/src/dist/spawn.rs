@@ -3,17 +3,46 @@
 //! with the torchrun-style environment of its rank (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
 //! `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`, `MASTER_PORT`), and wait for them.
 //!
-//! The children inherit stdin, stdout and stderr: rank 0's output is the command's output
-//! (the other ranks print nothing to stdout). When a child fails, the others normally fail
+//! The children inherit stdout and stderr: rank 0's output is the command's output (the other
+//! ranks print nothing to stdout). Their stdin is a pipe from the launcher that is never
+//! written, and [`LAUNCHER_PIPE`] is set: a child sees the pipe end when the launcher is gone
+//! (killed) and exits non-zero ([`watch_launcher`]), so no rank outlives its launcher. When a
+//! child fails, the others normally fail
 //! within the watchdog's time on their own (their group is aborted); any still running
 //! `grace` later are killed. The launcher fails ([`DistError::ChildFailed`]) when any child
 //! did not exit with status 0.
 
-use std::process::{Child, Command};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::spec::{join_host_port, split_host_port, SpawnSpec};
 use super::DistError;
+
+/// Environment variable set on the children: their stdin is the launcher's watch pipe.
+pub const LAUNCHER_PIPE: &str = "DELTAKIT_LAUNCHER_PIPE";
+
+/// In a child of the node launcher ([`LAUNCHER_PIPE`] set), watch stdin in a thread and end the
+/// process with status 1 when it closes (the launcher is gone); elsewhere do nothing.
+pub fn watch_launcher() {
+    if std::env::var_os(LAUNCHER_PIPE).is_none() {
+        return;
+    }
+    let _ = std::thread::Builder::new().name("deltakit-launcher-watch".into()).spawn(|| {
+        let mut buf = [0u8; 64];
+        loop {
+            match std::io::stdin().read(&mut buf) {
+                Ok(0) => break,
+                Err(e) if e.kind() != std::io::ErrorKind::Interrupted => break,
+                _ => {}
+            }
+        }
+        let _ = std::io::stderr()
+            .lock()
+            .write_all(b"Error: the node launcher (--nproc-per-node) is gone; this rank exits\n");
+        std::process::exit(1);
+    });
+}
 
 /// Start `spec.nproc` copies of this process as ranks `spec.node_rank * nproc + i` and wait for
 /// them (see the module docs). Returns the rendezvous address used.
@@ -51,6 +80,8 @@ pub fn spawn_local_ranks(spec: &SpawnSpec, grace: Duration) -> Result<String, Di
             .env("GROUP_RANK", spec.node_rank.to_string())
             .env("MASTER_ADDR", &host)
             .env("MASTER_PORT", port.to_string())
+            .env(LAUNCHER_PIPE, "1")
+            .stdin(Stdio::piped())
             .spawn();
         match child {
             Ok(c) => children.push((local, rank, c)),
