@@ -694,7 +694,8 @@ class RmsNormGatedParams(ctypes.Structure):
 COPY_CEILING_TBPS = 4.25  # issue 15's copy ceiling (H200, torch device-to-device copy, read + write)
 # (name, conv_dim, H_v, hidden): per-rank GDR shapes of Qwen3.5-27B (TP1) and 9B; K = V = 128, conv width 4.
 STREAM_MODELS = (("27B", 10240, 48, 5120), ("9B", 8192, 32, 4096))
-CONV1D_PREFILL_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8x8", 3: "vec8x16", 4: "vec8x32"}
+CONV1D_PREFILL_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8x8", 3: "vec8x16", 4: "vec8x32", 5: "vec8x8_fma"}
+RMS_GATED_CFGS = {0: "dispatch", 1: "prefetch_z"}
 CONV1D_UPDATE_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8"}
 
 
@@ -711,6 +712,9 @@ def streaming_rows(path):
         getattr(lib, fn).argtypes = [ctypes.POINTER(pt), sd]
     lib.dk_tune_conv1d_prefill_cfg.argtypes = [ctypes.POINTER(Conv1dPrefillParams), ctypes.c_int, sd]
     lib.dk_tune_conv1d_update_cfg.argtypes = [ctypes.POINTER(Conv1dUpdateParams), ctypes.c_int, sd]
+    tune_rg = getattr(lib, "dk_tune_norm_rms_gated_cfg", None)
+    if tune_rg is not None:
+        tune_rg.argtypes = [ctypes.POINTER(RmsNormGatedParams), ctypes.c_int, sd]
     stream = lambda: sd(torch.cuda.current_stream().cuda_stream)  # noqa: E731
 
     def ok(st, what):
@@ -813,6 +817,17 @@ def streaming_rows(path):
             pg = RmsNormGatedParams(xg.data_ptr(), zg.data_ptr(), wg.data_ptr(), og.data_ptr(), rows, 128, 1e-6, 0, 1)
             add("norm.rms_gated", f"{mname} {tag} rows {rows}x128", "dispatch",
                 lambda: ok(lib.dk_norm_rms_gated(ctypes.byref(pg), stream()), "rms_gated"), 3.0 * rows * 128 * 2)
+            if tune_rg is not None:
+                og.fill_(float("nan"))
+                ok(lib.dk_norm_rms_gated(ctypes.byref(pg), stream()), "rms_gated")
+                ref_g = og.clone()
+                for cfg, cn in RMS_GATED_CFGS.items():
+                    if cfg == 0:
+                        continue
+                    og.fill_(float("nan"))
+                    r = add("norm.rms_gated", f"{mname} {tag} rows {rows}x128", cn,
+                            lambda cfg=cfg: ok(tune_rg(ctypes.byref(pg), cfg, stream()), "rms_gated"), 3.0 * rows * 128 * 2)
+                    r["bitexact_vs_scalar"] = bool(torch.equal(og, ref_g))  # here: vs the dispatch
             xr, res_, orr = rnd(toks, hidden), rnd(toks, hidden), torch.empty(toks, hidden, device=DEV, dtype=torch.bfloat16)
             wr = rnd(hidden)
             pr = RmsNormParams(xr.data_ptr(), res_.data_ptr(), wr.data_ptr(), orr.data_ptr(), toks, hidden, 1e-6)

@@ -74,7 +74,9 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[VEC]) {
 
 // CACHE > 0: the thread's first CACHE chunks stay in registers between the passes (d <=
 // CACHE * TPR * VEC is then a single read of the row); chunks beyond CACHE are re-read.
-template <int TPR, int VEC, int MODE, int CACHE>
+// PREZ (kGated with CACHE > 0; tune configuration, not dispatched yet): z's cached chunks are loaded in
+// pass 1 with x, before the row reduction, instead of after it (two loads in flight per thread).
+template <int TPR, int VEC, int MODE, int CACHE, bool PREZ = false>
 __global__ void __launch_bounds__(kBlock) norm_kernel(const Args a) {
   constexpr int RPB = kBlock / TPR;
   static_assert(TPR == 8 || TPR == 16 || TPR == 32 || TPR == kBlock, "TPR");
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(kBlock) norm_kernel(const Args a) {
   const int64_t nvec = a.d / VEC;
   const int64_t base = row * a.d;
   float cache[C][VEC];
+  [[maybe_unused]] float zcache[PREZ ? C : 1][VEC];
   double ss = 0.0;
   if (active) {
     int ci = 0;
@@ -103,11 +106,19 @@ __global__ void __launch_bounds__(kBlock) norm_kernel(const Args a) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) ss += static_cast<double>(xv[j]) * static_cast<double>(xv[j]);
       if constexpr (CACHE > 0) {
+        [[maybe_unused]] float zv[VEC];
+        if constexpr (PREZ && MODE == kGated) {
+          load<VEC>(a.z + (row / a.z_heads) * a.z_token_stride + (row % a.z_heads) * a.d + i * VEC, zv);
+        }
 #pragma unroll
         for (int c = 0; c < C; ++c) {
           if (c == ci) {
 #pragma unroll
             for (int j = 0; j < VEC; ++j) cache[c][j] = xv[j];
+            if constexpr (PREZ && MODE == kGated) {
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) zcache[c][j] = zv[j];
+            }
           }
         }
       }
@@ -146,7 +157,18 @@ __global__ void __launch_bounds__(kBlock) norm_kernel(const Args a) {
     load<VEC>(a.w + i * VEC, wv);
     if constexpr (MODE == kGated) {
       float zv[VEC];
-      load<VEC>(a.z + zbase + i * VEC, zv);
+      bool zc = false;
+      if constexpr (PREZ && CACHE > 0) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c == ci) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) zv[j] = zcache[c][j];
+            zc = true;
+          }
+        }
+      }
+      if (!zc) load<VEC>(a.z + zbase + i * VEC, zv);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const float n = round_bf16(__fmul_rn(xv[j], inv));
@@ -161,12 +183,12 @@ __global__ void __launch_bounds__(kBlock) norm_kernel(const Args a) {
   }
 }
 
-template <int TPR, int VEC, int MODE, int CACHE>
+template <int TPR, int VEC, int MODE, int CACHE, bool PREZ = false>
 dk_status launch_tv(const Args& a, cudaStream_t stream) {
   constexpr int RPB = kBlock / TPR;
   const int64_t blocks = dk::ceil_div(a.rows, RPB);
   if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
-  norm_kernel<TPR, VEC, MODE, CACHE><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(a);
+  norm_kernel<TPR, VEC, MODE, CACHE, PREZ><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(a);
   return dk::launch_status();
 }
 
@@ -175,7 +197,7 @@ dk_status launch_tv(const Args& a, cudaStream_t stream) {
 // 16-byte chunk per thread, kept in registers: the row is read once), <= 1024 -> 32 (a warp),
 // else a 256-thread CTA per row (both re-read the row in pass 2: caching 2-4 chunks per thread in
 // registers measured slower at d = 5120 on an H200). Scalar path: a warp or a CTA per row.
-template <int MODE>
+template <int MODE, bool PREZ = false>
 dk_status launch(const Args& a, cudaStream_t stream) {
   if (a.rows < 0 || a.d < 1) return DK_ERR_INVALID_ARGUMENT;
   if (!(a.eps >= 0.f)) return DK_ERR_INVALID_ARGUMENT;
@@ -192,8 +214,8 @@ dk_status launch(const Args& a, cudaStream_t stream) {
     vec = vec && p % 16 == 0;
   }
   if (vec) {
-    if (a.d <= 64) return launch_tv<8, 8, MODE, 1>(a, stream);
-    if (a.d <= 128) return launch_tv<16, 8, MODE, 1>(a, stream);
+    if (a.d <= 64) return launch_tv<8, 8, MODE, 1, PREZ>(a, stream);
+    if (a.d <= 128) return launch_tv<16, 8, MODE, 1, PREZ>(a, stream);
     if (a.d <= 1024) return launch_tv<32, 8, MODE, 0>(a, stream);
     return launch_tv<kBlock, 8, MODE, 0>(a, stream);
   }

@@ -76,7 +76,7 @@ PY
 "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
   -Itriton_aot/runtime -I"$gen" -I"$cu/include" -L"$cu/lib" -o .gpu-gdr/libdk_gdr_bench.so \
   "$gen"/dk_triton_*.c triton_aot/runtime/dk_triton_runtime.c tools/tune/conv1d_tune_lib.cu \
-  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu csrc/norm/rms_gated.cu csrc/gdr/chunk_prefill_sm90.cu \
+  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/gdr/chunk_prefill_sm90.cu \
   csrc/common/status.cu -lpthread
 rm -rf "$gen"
 strip .gpu-gdr/*.so || true
