@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what tools/tune/gdr_device_call.sh needs into .gpu-gdr/ (git-ignored; carry it):
 #   bin.tar.xz            the GPU test binaries of the GDR / conv1d / norm ops (stripped)
-#   libdk_gdr_decode.so   (GDR_BUNDLE_DECODE=1) gdr.decode (+ its tile sweep) for tools/bench_anchors_gdr.py
+#   libdk_gdr_decode.so   gdr.decode (+ its tile sweep) for tools/bench_anchors_gdr.py (GDR_BUNDLE_NO_DECODE=1: skip)
 #   libdk_gdr_bench.so    the AOT Triton launchers of gdr.chunk_prefill's K = V = 128 entries (the library's
 #                         cubins, from triton_aot/manifest.toml, plus the pipeline variants of
 #                         tools/tune/gdr_prefill_variants.toml), conv1d.prefill / conv1d.update (with their forced
@@ -39,7 +39,7 @@ PY
   rm -rf .gpu-gdr/bin
 fi
 rm -f .gpu-gdr/libdk_gdr_decode.so
-if [ -n "${GDR_BUNDLE_DECODE:-}" ]; then  # the decode rows of the harness (not needed for prefill / streaming)
+if [ -z "${GDR_BUNDLE_NO_DECODE:-}" ]; then  # the decode rows of the harness (not needed for prefill / streaming)
   "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
     -L"$cu/lib" -o .gpu-gdr/libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
 fi

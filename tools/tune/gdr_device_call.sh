@@ -22,6 +22,8 @@
 #              (flock, after every process's first calls: --barrier) -- deltakit (library default + variants, AOT
 #              cubins), FlashInfer, FLA timed; HARNESS_ARGS are added (e.g. --sm90-state)
 #   streaming  conv1d / norm bandwidth vs the copy ceiling (in its own process, timed under the same lock)
+#   decode     gdr.decode rows (warm + cold, 27B TP1 / TP2, batch 1..256) + the tile sweep, same lock
+#   ncu        ncu --set full on gdr.decode at 27B TP2 batch 16
 set -uo pipefail
 out="${OUT:-/tmp/gdr-call}"
 mkdir -p "$out"
@@ -43,7 +45,7 @@ mkdir -p /tmp/gdrbin
 tar -xJf .gpu-gdr/bin.tar.xz -C /tmp/gdrbin
 rm -f /tmp/gdr_tests_done /tmp/gdr_unpack_done /tmp/gdr_anchor.lock
 site=/tmp/anchor-site
-if has anchors; then
+if has anchors || has decode; then
   # site-py (FLA, FlashInfer's Python) from the carried .anchor-kit-py; site-libs (CuTe-DSL libraries) from call 1.
   (mkdir -p "$site"
    [ -f /tmp/dk-kit/site-libs.tar.xz ] && tar -xJf /tmp/dk-kit/site-libs.tar.xz -C "$site" && echo "site-libs unpacked"
@@ -55,14 +57,14 @@ export DELTAKIT_REQUIRE_GPU=1
 
 # Harness processes start now (their first calls compile on the CPU while the tests run) and time after the tests.
 apids=()
-if has anchors || has streaming; then
+if has anchors || has streaming || has decode; then
   libs="${ANCHOR_LIBS:-dk,fi,fla}"
   [ -f /tmp/dk-kit/site-libs.tar.xz ] || libs="${libs/fi,/}"
   hpy() {  # name, wait-for-the-kit (0/1), args..: one harness process
     local name=$1 kit=$2; shift 2
     (while [ "$kit" = 1 ] && [ ! -f /tmp/gdr_unpack_done ]; do sleep 0.5; done
      PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" timeout "${ANCHOR_TIMEOUT:-420}" \
-       python3 tools/bench_anchors_gdr.py --site "$site" --out "/tmp/anchors_$name.json" --skip-decode \
+       python3 tools/bench_anchors_gdr.py --site "$site" --out "/tmp/anchors_$name.json" \
        --wait-file /tmp/gdr_tests_done --lock-file /tmp/gdr_anchor.lock --barrier "/tmp/gdr_barrier:$nproc_h" "$@" >"/tmp/anchors_$name.txt" 2>"/tmp/anchors_$name.err"
      echo "rc=$?" >>"/tmp/anchors_$name.err") &
     apids+=($!)
@@ -70,15 +72,20 @@ if has anchors || has streaming; then
   nproc_h=0
   has anchors && for shape in ${PREFILL_SHAPES:-tp1 tp2 9b64k 9b8}; do nproc_h=$((nproc_h + 1)); done
   has streaming && nproc_h=$((nproc_h + 1))
+  has decode && nproc_h=$((nproc_h + 1))
   rm -rf /tmp/gdr_barrier
   if has anchors; then
     for shape in ${PREFILL_SHAPES:-tp1 tp2 9b64k 9b8}; do
       fla=""
       for f in ${FLA_SHAPES:-tp1 tp2}; do [ "$f" = "$shape" ] && fla="--fla-prefill $shape"; done
-      hpy "$shape" 1 --libs "$libs" --prefill "$shape" --prefill-variants --prepass $fla --budget-s 400 ${HARNESS_ARGS:-}
+      hpy "$shape" 1 --libs "$libs" --prefill "$shape" --prefill-variants --prepass $fla --budget-s 400 --skip-decode \
+        ${HARNESS_ARGS:-}
     done
   fi
-  has streaming && hpy streaming 0 --libs dk --skip-prefill --streaming --budget-s 400
+  # gdr.decode rows (warm + cold) and the tile sweep (tools/tune/gdr_decode_lib.cu), as before this session.
+  has decode && hpy decode 1 --libs "$libs" --lib .gpu-gdr/libdk_gdr_decode.so --skip-prefill --sweep --budget-s 400 \
+    ${DECODE_ARGS:-}
+  has streaming && hpy streaming 0 --skip-decode --libs dk --skip-prefill --streaming --budget-s 400
 fi
 
 # Tests and sanitizers run concurrently (correctness only), then the harness processes time one at a time.
@@ -134,6 +141,16 @@ done
 
 for p in "${apids[@]}"; do wait "$p"; done
 summary+=("harness done at $(el)")
+if has ncu; then  # gdr.decode at 27B TP2 batch 16 (the shape of the tail wave)
+  PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" timeout 200 ncu --set full \
+    --clock-control none -k regex:decode_kernel --launch-skip 5 --launch-count 1 -o "$out/ncu_decode_tp2_b16" \
+    python3 tools/bench_anchors_gdr.py --site "$site" --lib .gpu-gdr/libdk_gdr_decode.so --out /tmp/ncu.json --libs dk \
+    --skip-prefill --only "TP2 8/24 B=16" --warmup 1 --reps 2 >"$out/ncu.log" 2>&1
+  summary+=("ncu decode: rc=$? at $(el)")
+  ncu --import "$out/ncu_decode_tp2_b16.ncu-rep" --page details --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section MemoryWorkloadAnalysis 2>/dev/null | \
+    grep -E "Duration|Throughput|Registers|Occupancy|Block Size|Grid Size|Waves|Bandwidth" | head -30 >>"$out/ncu.log"
+fi
 if [ ${#apids[@]} -gt 0 ]; then
   for f in /tmp/anchors_*.err; do echo "=== $f"; cat "$f"; done >"$out/anchors.err" 2>&1
   python3 tools/bench_anchors_gdr.py --merge /tmp/anchors_*.json --out "$out/anchors.json" >"$out/anchors.txt" 2>>"$out/anchors.err"
