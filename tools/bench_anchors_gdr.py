@@ -385,7 +385,7 @@ def sm90_state_check(aot, cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk,
         st = f(ctypes.byref(prm), s_) if var == 0 else fv(ctypes.byref(prm), var, s_)
         if st != 0:
             raise RuntimeError(f"dk_gdr_chunk_state_sm90 variant {var} status {st}")
-    for var in (0, 1) if fv is not None else (0,):
+    for var in (0, 1, 2) if fv is not None else (0,):
         sfx = "" if var == 0 else f"_v{var}"
         ws["u"].copy_(u0)
         pool.copy_(p0)
@@ -870,11 +870,13 @@ def table():
             vs = "; ".join(f"{k_[3:]}: " + " ".join(f"{x}={row[k_][x] * 1e3:.0f}us" for x in ("ms", "stage_k_ms", "stage_v_ms",
                                                                                               "stage_w_ms", "stage_s_ms",
                                                                                               "triton_state_ms", "sm90_state_ms",
-                                                                                              "sm90_state_v1_ms")
+                                                                                              "sm90_state_v1_ms", "sm90_state_v2_ms")
                                                      if x in row[k_]) +
                            (f" (err h {row[k_].get('relerr_h', -1):.1e} D {row[k_].get('relerr_d', -1):.1e} S "
                             f"{row[k_].get('relerr_state', -1):.1e}; v1 h {row[k_].get('relerr_h_v1', -1):.1e} D "
-                            f"{row[k_].get('relerr_d_v1', -1):.1e} S {row[k_].get('relerr_state_v1', -1):.1e})"
+                            f"{row[k_].get('relerr_d_v1', -1):.1e} S {row[k_].get('relerr_state_v1', -1):.1e}; v2 h "
+                            f"{row[k_].get('relerr_h_v2', -1):.1e} D {row[k_].get('relerr_d_v2', -1):.1e} S "
+                            f"{row[k_].get('relerr_state_v2', -1):.1e})"
                             if k_ == "dk:sm90_state" else
                             f" (err o {row[k_].get('relerr_o_vs_dk', -1):.1e} S {row[k_].get('relerr_s_vs_dk', -1):.1e})") +
                            f"{' ' + row[k_]['error'][:60] if 'error' in row[k_] else ''}"

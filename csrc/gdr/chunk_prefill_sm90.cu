@@ -34,7 +34,9 @@
 // Variants (template VAR; dk_gdr_chunk_state_sm90_variant): 0 = the above (measured on an H200: matches the Triton
 // state pass, 507 vs 560 us at 27B TP1); 1 = the producer also copies each chunk's U tile and gates into the stage
 // (+17 KB a stage), so the consumer's U / gate reads are shared-memory reads after the D products instead of global
-// loads at the chunk start (compiled: 0 spills with a 56-register producer; not yet run on a GPU).
+// loads at the chunk start (compiled: 0 spills with a 56-register producer; not yet run on a GPU); 2 = two consumer
+// warpgroups per CTA (384 threads, grid (N, H_v, 1)), one per 64-column value half, sharing the W / K ring (compiled:
+// 0 spills, 40 HGMMA per chunk per consumer; not yet run on a GPU).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -53,7 +55,7 @@ constexpr int kV = 128;         // value head dim
 constexpr int kBV = 64;         // value columns per CTA
 constexpr int kBT = 64;         // tokens per chunk
 constexpr int kStages = 2;      // W / K ring depth
-constexpr int kThreads = 256;   // producer warpgroup + consumer warpgroup
+constexpr int kThreads = 256;   // producer warpgroup + consumer warpgroup (VAR 0 / 1)
 constexpr float kGFloor = 64.f;  // gates clamped at -64 by the kkt pass; factors <= e^-63 flush to 0
 
 // Shared-memory plan (byte offsets from a 1024-aligned base). VAR (variant): 0 = U and the gates read by the consumer
@@ -62,18 +64,24 @@ constexpr float kGFloor = 64.f;  // gates clamped at -64 by the kkt pass; factor
 constexpr uint32_t kPanel = kBT * 128;               // one 64-row x 64-column bf16 panel: 8 KB
 constexpr uint32_t kTileWK = 2 * kPanel;             // a 64 x 128 bf16 tile (W hi, W lo or K): 16 KB
 constexpr uint32_t kTileU = kBT * kBV * 4;           // U tile f32 [64, 64]: 16 KB (VAR 1)
+// VAR 2: two consumer warpgroups per CTA, one per 64-column half of the head's value columns (grid (N, H_v, 1),
+// 384 threads): both read the same W / K tiles of the ring (loaded once for the head instead of once per half), each
+// keeps its own S / D' / rn tiles, and the two chains interleave on the SM's schedulers (two warps a scheduler).
 template <int VAR>
 struct Plan {
+  static constexpr int kConsumers = VAR == 2 ? 2 : 1;
+  static constexpr int kThreadsV = 128 * (1 + kConsumers);
   static constexpr uint32_t kStageBytes = 3 * kTileWK + (VAR == 1 ? kTileU + 1024 : 0);  // + gates (256 B, padded)
   static constexpr uint32_t kOffU = 3 * kTileWK;                 // within a stage (VAR 1)
   static constexpr uint32_t kOffG = 3 * kTileWK + kTileU;        // within a stage (VAR 1)
   static constexpr uint32_t kOffS = kStages * kStageBytes;       // S hi, S lo: 128 rows x 128 B each (16 KB)
   static constexpr uint32_t kOffD = kOffS + 2 * kK * 128;        // D' hi, D' lo: 64 rows x 128 B each (8 KB)
   static constexpr uint32_t kOffRn = kOffD + 2 * kBT * 128;      // rn_k [64] f32
-  static constexpr uint32_t kOffBar = kOffRn + kBT * 4;          // full[kStages], empty[kStages] mbarriers
+  static constexpr uint32_t kConsBytes = 2 * kK * 128 + 2 * kBT * 128 + 1024;  // S, D', rn of one consumer (VAR 2)
+  static constexpr uint32_t kOffBar = kOffS + kConsumers * kConsBytes;  // full[kStages], empty[kStages] mbarriers
   static constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
 };
-static_assert(Plan<1>::kSmemBytes <= 227 * 1024, "shared memory");
+static_assert(Plan<1>::kSmemBytes <= 227 * 1024 && Plan<2>::kSmemBytes <= 227 * 1024, "shared memory");
 
 struct Args {
   DkGdrStateSm90Params p;
@@ -116,8 +124,14 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Consumer-warpgroup barrier (named barrier 1, 128 threads).
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Consumer-warpgroup barrier (named barrier 1 or 2: one per consumer warpgroup, 128 threads).
+__device__ __forceinline__ void consumer_sync(int id) {
+  if (id == 1) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
+}
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
@@ -175,7 +189,7 @@ __device__ __forceinline__ float dexp(float x) { return x > 1.f - kGFloor ? __ex
 #endif  // DK_GDR_SM90A
 
 template <int VAR>
-__global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constant__ Args a) {
+__global__ void __launch_bounds__(Plan<VAR>::kThreadsV, 1) state_kernel(const __grid_constant__ Args a) {
 #ifdef DK_GDR_SM90A
   using L = Plan<VAR>;
   const DkGdrStateSm90Params& p = a.p;
@@ -203,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full + 8 * s, 128);  // the 128 producer threads' cp.async arrivals
-      mbar_init(bar_empty + 8 * s, 1);   // one consumer arrival
+      mbar_init(bar_empty + 8 * s, L::kConsumers);  // one arrival per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -213,7 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
   const __nv_bfloat16* wp = reinterpret_cast<const __nv_bfloat16*>(p.w);
   if (wg == 0) {
     // ---------------- producer: W hi / lo planes and K rows of chunk j into stage j % kStages.
-    if constexpr (VAR == 0) {
+    // (VAR 2: 128 * 40 + 256 * 232 registers = 64512 of the SM's 65536.)
+    if constexpr (VAR != 1) {  // VAR 2 needs 40: 128 * 40 + 256 * 232 = 64512 registers of 65536
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     } else {  // the U / gate copies' addresses: 40 registers spill
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
@@ -256,8 +271,10 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
     return;
   }
 
-  // ---------------- consumer (warpgroup 1)
+  // ---------------- consumer (warpgroup 1; VAR 2: warpgroups 1 and 2, value columns 64 (wg - 1) ..)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cons = VAR == 2 ? wg - 1 : 0;
+  const int bar_id = 1 + cons;
   const int w = t128 / 32;  // warp of the warpgroup: accumulator rows 16 w .. 16 w + 15
   const int l = t128 % 32;
   const int ra = 16 * w + l / 4;   // accumulator rows ra and ra + 8 (of each m64 tile)
@@ -266,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
   float* up = reinterpret_cast<float*>(p.u);
   __nv_bfloat16* hp = reinterpret_cast<__nv_bfloat16*>(p.h);
   float* sp = reinterpret_cast<float*>(p.state);
-  const int64_t col0 = int64_t(vb) * kBV;
+  const int64_t col0 = int64_t(VAR == 2 ? cons : vb) * kBV;
   // S [128, 64]: tile m (k rows 64 m ..) element (ra (+8), 8 i + cb (+1)) at s[m][4 i + {0, 1, 2, 3}]
   // = (ra, c), (ra, c + 1), (ra + 8, c), (ra + 8, c + 1) (the wgmma accumulator fragment).
   float s[2][32];
@@ -285,9 +302,10 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
         s[m][4 * i + 2 * hh] = v.x;
         s[m][4 * i + 2 * hh + 1] = v.y;
       }
-  const uint32_t sS_hi = base + L::kOffS, sS_lo = sS_hi + kK * 128;
-  const uint32_t sD_hi = base + L::kOffD, sD_lo = sD_hi + kBT * 128;
-  const uint32_t sRn = base + L::kOffRn;
+  const uint32_t cbase = base + uint32_t(cons) * L::kConsBytes;  // this consumer's S / D' / rn tiles
+  const uint32_t sS_hi = cbase + L::kOffS, sS_lo = sS_hi + kK * 128;
+  const uint32_t sD_hi = cbase + L::kOffD, sD_lo = sD_hi + kBT * 128;
+  const uint32_t sRn = cbase + L::kOffRn;
   for (int64_t j = 0; j < nc; ++j) {
     const int st = int(j % kStages);
     const int64_t t0 = bos + j * kBT;
@@ -312,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
     const int64_t tl = min(t0 + kBT - 1, eos - 1);
     float g_last, gc[2], u[32];
     bool live[2];
-    if constexpr (VAR == 0) {
+    if constexpr (VAR != 1) {  // VAR 0 and 2: U and gates from global memory
       g_last = gcum[tl * HV + hv];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -329,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
       }
     }
     fence_proxy_async();  // S tiles written by this warpgroup -> visible to the tensor cores
-    consumer_sync();
+    consumer_sync(bar_id);
     mbar_wait(bar_full + 8 * st, uint32_t((j / kStages) & 1));
     fence_proxy_async();  // the cp.async-written W / K tiles -> the tensor cores (as attn.prefill does)
     // (2) D = W_hi S_hi + W_hi S_lo + W_lo S_hi: A = W planes (K-major panels), B = S (MN-major).
@@ -388,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
         }
       }
     }
-    consumer_sync();  // rn visible
+    consumer_sync(bar_id);  // rn visible
     // (3) D = U - W S, stored over U; D' = D * dec -> bf16 hi / lo tiles (MN-major B: rows t).
     const float eg = dexp(g_last);
 #pragma unroll
@@ -414,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_kernel(const __grid_constan
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[m][i] *= eg;
     fence_proxy_async();
-    consumer_sync();
+    consumer_sync(bar_id);
     // (4) S += K^T D'_hi + K^T D'_lo: A = K^T (the K tile's 64-column panel m, MN-major), B = D'.
     wgmma_fence();
 #pragma unroll
@@ -459,7 +477,7 @@ dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t s
   if (p->k_dim != kK || p->v_dim != kV) return DK_ERR_UNSUPPORTED;
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
-  if (variant < 0 || variant > 1) return DK_ERR_INVALID_ARGUMENT;
+  if (variant < 0 || variant > 2) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs == 0) return DK_OK;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535) return DK_ERR_INVALID_ARGUMENT;
   if (p->k % 16 || p->w % 16 || p->u % 16 || p->h % 16 || p->state % 16 || p->k_stride % 8) return DK_ERR_INVALID_ARGUMENT;
@@ -477,11 +495,17 @@ dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t s
         cudaSuccess)
       return dk::launch_status();
     state_kernel<0><<<grid, kThreads, Plan<0>::kSmemBytes, s>>>(a);
-  } else {
+  } else if (variant == 1) {
     if (cudaFuncSetAttribute(state_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan<1>::kSmemBytes)) !=
         cudaSuccess)
       return dk::launch_status();
     state_kernel<1><<<grid, kThreads, Plan<1>::kSmemBytes, s>>>(a);
+  } else {
+    if (cudaFuncSetAttribute(state_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan<2>::kSmemBytes)) !=
+        cudaSuccess)
+      return dk::launch_status();
+    const dim3 grid2(static_cast<unsigned>(p->num_seqs), static_cast<unsigned>(p->h_v), 1);
+    state_kernel<2><<<grid2, Plan<2>::kThreadsV, Plan<2>::kSmemBytes, s>>>(a);
   }
   return dk::launch_status();
 }

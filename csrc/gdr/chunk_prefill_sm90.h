@@ -25,7 +25,8 @@ typedef struct DkGdrStateSm90Params {
 dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params *p, dk_stream_t stream);
 /** The same with a kernel variant (harness): 0 = dk_gdr_chunk_state_sm90 (U and gates read from global memory by
  * the consumer, the measured v0); 1 = U and gates copied into the ring by the producer a chunk ahead (compiled,
- * 0 spills, not yet run on a GPU). */
+ * 0 spills, not yet run on a GPU); 2 = two consumer warpgroups per CTA sharing the W / K ring, one per 64 value
+ * columns (grid (N, H_v, 1); not yet run on a GPU). */
 dk_status dk_gdr_chunk_state_sm90_variant(const DkGdrStateSm90Params *p, int variant, dk_stream_t stream);
 
 #ifdef __cplusplus
