@@ -29,9 +29,10 @@ constexpr int kMaxK = DK_TOPK_MAX;
 constexpr int kCopies = 32;  // u32 histogram copies (32 KiB)
 
 // Split mode (vocab-parallel; rows x splits CTAs): CTA (r, s) runs the three passes over the slice
-// [s * slice, min(vocab, (s + 1) * slice)) of row r and writes its k candidates (unsorted key + id)
-// and its (max, sum of exp(x - max)) to the workspace; topk_merge_kernel ranks the splits' k
-// candidates per row and forms logsumexp from the partial sums. Requires k <= every slice's length.
+// [s * slice, min(vocab, (s + 1) * slice)) of row r and writes its k candidates sorted by (key
+// desc, id asc) and its (max, sum of exp(x - max)) to the workspace; topk_merge_kernel merges the
+// splits' sorted lists per row and forms logsumexp from the partial sums. Requires k <= every
+// slice's length.
 struct SplitWs {
   uint32_t* key;  // [rows, splits, k]
   int32_t* id;    // [rows, splits, k]
@@ -177,15 +178,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   });
   __syncthreads();
 
-  if constexpr (SPLIT) {
-    if (t < k) {
-      ws.key[wrow * k + t] = cand_key[t];
-      ws.id[wrow * k + t] = cand_id[t];
-    }
-    if (t == 0) ws.ms[wrow] = make_float2(m, s);
-    return;
-  }
-  // Rank sort of the k candidates by (key desc, id asc); (key, id) pairs are distinct.
+  // Rank sort of the k candidates by (key desc, id asc); (key, id) pairs are distinct. Split
+  // mode writes the slice's sorted list (the merge takes heads of sorted lists) and its partials.
   if (t < k) {
     const uint32_t key = cand_key[t];
     const int32_t id = cand_id[t];
@@ -194,64 +188,71 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t kj = cand_key[j];
       rank += (kj > key || (kj == key && cand_id[j] < id)) ? 1 : 0;
     }
-    out_ids[rank] = id;
-    out_lp[rank] = bf16_bits_to_float(bits_of_key(key)) - lse;
+    if constexpr (SPLIT) {
+      ws.key[wrow * k + rank] = key;
+      ws.id[wrow * k + rank] = id;
+    } else {
+      out_ids[rank] = id;
+      out_lp[rank] = bf16_bits_to_float(bits_of_key(key)) - lse;
+    }
+  }
+  if constexpr (SPLIT) {
+    if (t == 0) ws.ms[wrow] = make_float2(m, s);
   }
 }
 
-// Merge of the split kernel's partials, one CTA per row: logsumexp = M + log(sum_s sum_s' exp(m_s -
-// M)) with M = max_s m_s (a NaN slice poisons the row as in the single-CTA kernel), then a rank
-// sort of the splits * k candidates by (key desc, id asc) keeping ranks < k.
-constexpr int kMergeThreads = 256;
+// Merge of the split kernel's partials, one warp per row (splits <= 32: lane l owns slice l).
+// logsumexp = M + log(sum_l s_l exp(m_l - M)), M = max_l m_l, reduced with a fixed shuffle tree
+// (a NaN slice poisons the row as in the single-CTA kernel); then k rounds of a warp arg-max over
+// the heads of the slices' sorted lists by (key desc, id asc): the winner's lane advances.
+constexpr int kMergeThreads = 32;
 
 __global__ void __launch_bounds__(kMergeThreads)
     topk_merge_kernel(int32_t* __restrict__ ids, float* __restrict__ logprobs, int k, int splits, SplitWs ws) {
-  __shared__ float lse_s;
-  __shared__ int nan_s;
   const int64_t r = blockIdx.x;
-  const int t = threadIdx.x;
+  const int l = threadIdx.x;
   int32_t* out_ids = ids + r * k;
   float* out_lp = logprobs + r * k;
-  const float2* ms = ws.ms + r * splits;
-  if (t == 0) {
-    int nan = 0;
-    float m = -INFINITY;
-    for (int i = 0; i < splits; ++i) {
-      if (isnan(ms[i].x)) nan = 1; else m = fmaxf(m, ms[i].x);
-    }
-    float sum = 0.0f;
-    for (int i = 0; i < splits; ++i) sum += ms[i].y * __expf(ms[i].x - m);
-    nan_s = nan;
-    lse_s = m + logf(sum);
+  const bool live = l < splits;
+  const float2 p = live ? ws.ms[r * splits + l] : make_float2(-INFINITY, 0.0f);
+  int nan = live && isnan(p.x);
+  float m = nan ? -INFINITY : p.x;
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    nan |= __shfl_xor_sync(0xffffffffu, nan, off);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   }
-  __syncthreads();
-  if (nan_s) {
-    for (int i = t; i < k; i += kMergeThreads) {
+  if (nan) {
+    for (int i = l; i < k; i += kMergeThreads) {
       out_ids[i] = -1;
       out_lp[i] = __int_as_float(0x7fffffff);
     }
     return;
   }
-  // The row's candidates in shared memory: the rank sort reads each of them total times.
-  __shared__ uint32_t key[DK_TOPK_MAX_SPLITS * DK_TOPK_SPLIT_MAX_K];
-  __shared__ int32_t id[DK_TOPK_MAX_SPLITS * DK_TOPK_SPLIT_MAX_K];
-  const int total = splits * k;
-  for (int c = t; c < total; c += kMergeThreads) {
-    key[c] = ws.key[r * total + c];
-    id[c] = ws.id[r * total + c];
-  }
-  __syncthreads();
-  for (int c = t; c < total; c += kMergeThreads) {
-    const uint32_t kc = key[c];
-    const int32_t ic = id[c];
-    int rank = 0;
-    for (int j = 0; j < total && rank < k; ++j) {
-      const uint32_t kj = key[j];
-      rank += (kj > kc || (kj == kc && id[j] < ic)) ? 1 : 0;
+  float sum = live ? p.y * __expf(p.x - m) : 0.0f;
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const float lse = m + logf(sum);
+  const uint32_t* key = ws.key + (r * splits + l) * k;
+  const int32_t* id = ws.id + (r * splits + l) * k;
+  int head = 0;
+  for (int i = 0; i < k; ++i) {
+    // (valid, key, -id) of this lane's head, as one 64-bit value: larger is better. Ids are
+    // >= 0 and < 2^31, so -id fits the low 32 bits as (2^31 - 1 - id).
+    const bool has = live && head < k;
+    uint64_t v = has ? (uint64_t{1} << 63) | (static_cast<uint64_t>(key[head]) << 31) |
+                           static_cast<uint64_t>(0x7fffffffu - static_cast<uint32_t>(id[head]))
+                     : 0;
+    uint64_t best = v;
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      const uint64_t o = __shfl_xor_sync(0xffffffffu, best, off);
+      best = o > best ? o : best;
     }
-    if (rank < k) {
-      out_ids[rank] = ic;
-      out_lp[rank] = bf16_bits_to_float(bits_of_key(kc)) - lse_s;
+    if (has && v == best) {  // exactly one lane: (key, id) pairs are distinct
+      out_ids[i] = id[head];
+      out_lp[i] = bf16_bits_to_float(bits_of_key(key[head])) - lse;
+      ++head;
     }
   }
 }
@@ -263,6 +264,7 @@ constexpr int64_t kMinSlice = 4096;
 
 int64_t choose_splits(const DkTopkLogprobsParams* p, int sms) {
   if (p->workspace == 0 || p->k > DK_TOPK_SPLIT_MAX_K) return 1;
+  static_assert(DK_TOPK_MAX_SPLITS <= 32, "the merge keeps one slice per lane");
   int64_t s = dk::ceil_div(static_cast<int64_t>(2 * sms), p->rows);
   const int64_t by_len = p->vocab / (kMinSlice > p->k ? kMinSlice : p->k);
   if (s > by_len) s = by_len;
