@@ -23,6 +23,7 @@
 //    then writes the new history, all in that one thread.
 // Slots outside [0, num_slots) (incl. -1) are padding: zero output, state untouched. cu_seqlens
 // values are clamped to [0, T], so bad values cannot make the kernels read outside x.
+#include "../common/bf16x8.cuh"
 #include "../common/launch.cuh"
 #include "common.cuh"
 
@@ -121,27 +122,10 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_kernel(DkConv1dPr
 // ---- vector path: 8 channels per thread -------------------------------------------------------
 constexpr int kVec = 8;
 
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[kVec]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 v = __bfloat1622float2(h[j]);
-    f[2 * j] = v.x;
-    f[2 * j + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[kVec]) {
-  unpack8(*reinterpret_cast<const uint4*>(p), f);
-}
-
-__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec]) {
-  uint4 raw;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
+// 8 bf16 <-> f32 through one 16-byte access (csrc/common/bf16x8.cuh).
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[kVec]) { dk::unpack_bf16x8(raw, f); }
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[kVec]) { dk::load_bf16x8(p, f); }
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec]) { dk::store_bf16x8(p, f); }
 
 // Outputs of one token for 8 channels: silu(bias + taps) per channel, as conv_out. FMA (tune
 // configuration only, not dispatched): the taps as fused multiply-adds (W instructions instead of

@@ -13,6 +13,7 @@
 // element is read and written by the same thread only (no cross-thread hazard). Slots outside
 // [0, num_slots) (incl. -1) are padding: zero output, state untouched. Same f32 operations per
 // output in both paths (bit-identical results).
+#include "../common/bf16x8.cuh"
 #include "../common/launch.cuh"
 #include "common.cuh"
 
@@ -55,25 +56,9 @@ __global__ void __launch_bounds__(kThreads) conv1d_update_kernel(DkConv1dUpdateP
 
 constexpr int kVec = 8;
 
-// 8 bf16 <-> f32 through one 16-byte access.
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[kVec]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 v = __bfloat1622float2(h[j]);
-    f[2 * j] = v.x;
-    f[2 * j + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec]) {
-  uint4 raw;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
+// 8 bf16 <-> f32 through one 16-byte access (csrc/common/bf16x8.cuh).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[kVec]) { dk::load_bf16x8(p, f); }
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec]) { dk::store_bf16x8(p, f); }
 
 // Vector path: one thread per (row, channels c0..c0+7). The 8 channels' weights (8 * W values),
 // state windows (8 * (W-1) values, oldest first per channel) are contiguous: W and W-1 16-byte

@@ -7,6 +7,7 @@
 // Rounding points mirror deltakit_ref::{mlp::silu_and_mul, mlp::embedding, attn::output_gate}.
 #include <cuda_bf16.h>
 
+#include "../common/bf16x8.cuh"
 #include "../common/launch.cuh"
 
 namespace {
@@ -21,14 +22,7 @@ __device__ __forceinline__ float rbf(float x) { return __bfloat162float(__float2
 template <int VEC>
 __device__ __forceinline__ void ld(const __nv_bfloat16* p, float (&f)[VEC]) {
   if constexpr (VEC == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 v = __bfloat1622float2(h[j]);
-      f[2 * j] = v.x;
-      f[2 * j + 1] = v.y;
-    }
+    dk::load_bf16x8(p, f);
   } else {
     f[0] = __bfloat162float(*p);
   }
@@ -37,11 +31,7 @@ __device__ __forceinline__ void ld(const __nv_bfloat16* p, float (&f)[VEC]) {
 template <int VEC>
 __device__ __forceinline__ void st(__nv_bfloat16* p, const float (&f)[VEC]) {
   if constexpr (VEC == 8) {
-    uint4 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    *reinterpret_cast<uint4*>(p) = raw;
+    dk::store_bf16x8(p, f);
   } else {
     *p = __float2bfloat16_rn(f[0]);
   }

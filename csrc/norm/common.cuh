@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "../common/bf16x8.cuh"
 #include "../common/launch.cuh"
 
 namespace dk_norm {
@@ -46,14 +47,7 @@ __device__ __forceinline__ float silu(float x) { return __fdividef(x, __fadd_rn(
 template <int VEC>
 __device__ __forceinline__ void load(const __nv_bfloat16* p, float (&f)[VEC]) {
   if constexpr (VEC == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 v = __bfloat1622float2(h[j]);
-      f[2 * j] = v.x;
-      f[2 * j + 1] = v.y;
-    }
+    dk::load_bf16x8(p, f);
   } else {
     f[0] = __bfloat162float(*p);
   }
@@ -62,11 +56,7 @@ __device__ __forceinline__ void load(const __nv_bfloat16* p, float (&f)[VEC]) {
 template <int VEC>
 __device__ __forceinline__ void store(__nv_bfloat16* p, const float (&f)[VEC]) {
   if constexpr (VEC == 8) {
-    uint4 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    *reinterpret_cast<uint4*>(p) = raw;
+    dk::store_bf16x8(p, f);
   } else {
     *p = __float2bfloat16_rn(f[0]);
   }
