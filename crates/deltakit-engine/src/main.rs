@@ -240,7 +240,12 @@ struct EvalMcArgs {
 /// Runs the command; an error is printed as anyhow's `Error: ...` report in one write (the rank
 /// processes of `--nproc-per-node` share stderr: their reports must not interleave).
 fn main() -> std::process::ExitCode {
-    match run() {
+    let result = run();
+    // Rank 0 of one process per rank: tell the other rank processes how the run ended (a
+    // failure after the rendezvous must fail them too).
+    let failure = result.as_ref().err().map(|e| format!("{e:#}"));
+    deltakit_engine::dist::control::finish(failure.as_deref().map_or(Ok(()), Err));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             let _ = std::io::stderr().lock().write_all(format!("Error: {e:?}\n").as_bytes());
@@ -262,7 +267,7 @@ fn run() -> Result<()> {
         if let Launch::Spawn(spec) = launch_of(c)? {
             // The children fail on their own within the watchdog's time after a failure;
             // stragglers are killed a little later.
-            let grace = Duration::from_secs(c.step_timeout as u64 + 5);
+            let grace = Duration::from_secs((c.step_timeout as u64).saturating_add(5));
             spawn_local_ranks(&spec, grace)?;
             return Ok(());
         }

@@ -382,6 +382,101 @@ fn multiproc_rank_error_panic_and_stall_fail_every_process() {
     }
 }
 
+/// Rank 0 failing after the rendezvous (a token id outside the vocabulary, found when the
+/// prompt is queued) fails every rank, not only rank 0: rank 0's final shutdown carries the
+/// failure. Through the node launcher and in the torchrun-style environment mode.
+#[test]
+fn multiproc_rank0_failure_after_rendezvous_fails_every_rank() {
+    let args = gen_args("tiny-causal", &[vec![99999]], 2);
+    let mut c = bin();
+    c.args(&args).args(["--nproc-per-node", "2"]);
+    let d = run(c, LIMIT, "launcher, bad token id");
+    assert!(!d.status.success());
+    assert!(d.stderr.contains("2 of the local rank processes failed"), "{}", d.stderr);
+    assert!(d.stderr.contains("rank 0 failed after the rendezvous"), "{}", d.stderr);
+    let port = free_port();
+    let children: Vec<Child> = (0..2)
+        .map(|r| {
+            let mut c = bin();
+            c.args(&args);
+            rank_env(&mut c, r, 2, port);
+            c.spawn().unwrap()
+        })
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let d = wait(c, LIMIT, "rank, bad token id");
+        assert!(!d.status.success(), "rank {r} exited 0: {}", d.stderr);
+        if r == 1 {
+            assert!(d.stderr.contains("rank 0 failed after the rendezvous"), "{}", d.stderr);
+            assert!(d.stderr.contains("99999"), "{}", d.stderr);
+        }
+    }
+}
+
+/// Huge timeouts saturate instead of panicking; `--rendezvous HOST:0` is a usage error.
+#[test]
+fn multiproc_huge_timeouts_and_port_zero() {
+    let args = gen_args("tiny-causal", &[vec![5, 7]], 2);
+    let huge = u64::MAX.to_string();
+    let mut c = bin();
+    c.args(&args).args(["--nproc-per-node", "2", "--rendezvous-timeout", &huge]);
+    c.args(["--step-timeout", &huge]);
+    let d = run(c, LIMIT, "huge timeouts");
+    assert!(d.status.success(), "{}", d.stderr);
+    let mut c = bin();
+    c.args(&args).args(["--nproc-per-node", "2", "--rendezvous", "127.0.0.1:0"]);
+    let d = run(c, Duration::from_secs(10), "port 0");
+    assert!(!d.status.success());
+    assert!(d.stderr.contains("port 0"), "{}", d.stderr);
+    assert!(d.took < Duration::from_secs(5), "{:?}", d.took);
+}
+
+/// Rank 0 stopped (SIGSTOP) mid-run: the other rank exits non-zero within its bound (the
+/// silence limit on the control connection, or its own watchdog if it was in a step) instead
+/// of waiting forever.
+#[cfg(target_os = "linux")]
+#[test]
+fn multiproc_stopped_rank0_fails_the_other_ranks() {
+    let args = gen_args("tiny-causal", &[vec![5, 7, 11]], 300);
+    let port = free_port();
+    let mut children: Vec<Child> = (0..2)
+        .map(|r| {
+            let mut c = bin();
+            c.args(&args).args(["--step-timeout", "2"]);
+            rank_env(&mut c, r, 2, port);
+            c.spawn().unwrap()
+        })
+        .collect();
+    let out = children[0].stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let t0 = Instant::now();
+    loop {
+        let line = rx.recv_timeout(LIMIT.saturating_sub(t0.elapsed())).expect("no decode");
+        if line.contains("\"kind\":\"token\"") {
+            break;
+        }
+    }
+    let pid0 = children[0].id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid0]).status().unwrap().success());
+    let t_stop = Instant::now();
+    let rank1 = children.pop().unwrap();
+    let d = wait(rank1, Duration::from_secs(15), "rank 1 with rank 0 stopped");
+    let mut rank0 = children.pop().unwrap();
+    let _ = rank0.kill();
+    let _ = rank0.wait();
+    eprintln!("rank 0 stopped: rank 1 exit after {:?}: {}", t_stop.elapsed(), d.stderr.trim());
+    assert!(!d.status.success());
+    assert!(t_stop.elapsed() < Duration::from_secs(8), "{:?}", t_stop.elapsed());
+    assert!(d.stderr.contains("rank 0") || d.stderr.contains("watchdog"), "{}", d.stderr);
+}
+
 /// Children of `pid` (Linux: parent pid is field 4 of /proc/PID/stat).
 #[cfg(target_os = "linux")]
 fn children_of(pid: u32) -> Vec<u32> {

@@ -42,6 +42,66 @@ const DECODE: u8 = 22;
 const RESET: u8 = 23;
 const SHUTDOWN: u8 = 24;
 const REPLY: u8 = 25;
+const HEARTBEAT: u8 = 26;
+
+/// How often rank 0 sends a heartbeat frame on every control connection (from a background
+/// thread, so it keeps flowing while rank 0 computes a long step or loads).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a rank other than 0 waits for any frame (a command or a heartbeat) from rank 0
+/// before it gives up: the step timeout, and at least three heartbeats.
+#[must_use]
+pub fn silence_limit(step_timeout: Duration) -> Duration {
+    step_timeout.max(HEARTBEAT_EVERY * 3)
+}
+
+/// The write half of a control connection: commands, heartbeats and the final shutdown are
+/// written under its lock, so frames never interleave.
+type Writer = Arc<Mutex<TcpStream>>;
+
+/// Rank 0's control connections that are still owed a final shutdown frame: registered when a
+/// remote rank reported ready, heartbeated by [`heartbeat_thread`], and told the run's outcome
+/// by [`finish`] (a proxy dropped while unhealthy removes its connection and shuts it).
+static LINKS: Mutex<Vec<Writer>> = Mutex::new(Vec::new());
+
+fn links() -> std::sync::MutexGuard<'static, Vec<Writer>> {
+    LINKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn lock(w: &Writer) -> std::sync::MutexGuard<'_, TcpStream> {
+    w.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Start (once per process) the thread that writes a heartbeat on every registered control
+/// connection every [`HEARTBEAT_EVERY`].
+fn heartbeat_thread() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        let _ = std::thread::Builder::new().name("deltakit-heartbeat".into()).spawn(|| loop {
+            std::thread::sleep(HEARTBEAT_EVERY);
+            let ws: Vec<Writer> = links().clone();
+            for w in ws {
+                let _ = write_frame(&lock(&w), &[HEARTBEAT]);
+            }
+        });
+    });
+}
+
+/// Rank 0, at the end of the process: tell every rank process still connected how the run
+/// ended (`Ok`: they exit 0; `Err(reason)`: they exit non-zero with `rank 0 failed: reason`),
+/// then close the connections. Call it after the engine is dropped and before exiting; a rank 0
+/// that exits without calling it (a crash) just closes the connections, which the other ranks
+/// also treat as a failure. Does nothing in a process that is not rank 0 of a group.
+pub fn finish(outcome: std::result::Result<(), &str>) {
+    let ws: Vec<Writer> = std::mem::take(&mut *links());
+    let mut e = Enc::tag(SHUTDOWN);
+    encode_result(&mut e, outcome);
+    for w in ws {
+        let s = lock(&w);
+        let _ = write_frame(&s, &e.0);
+        let _ = s.shutdown(Shutdown::Write);
+    }
+}
 
 /// Builds this process's rank (its backend, communicator, shard and pools) inside the rank
 /// thread of the executor; the rank's global index is known to the closure.
@@ -184,7 +244,10 @@ impl AbortHandle for LinkAbort {
 /// steps run in that process.
 pub struct RemoteRank {
     rank: usize,
+    /// The read half (replies).
     stream: TcpStream,
+    /// The write half (commands), shared with the heartbeat and [`finish`].
+    writer: Writer,
     cfg: ModelConfig,
     name: String,
     reports: Vec<RankReport>,
@@ -251,7 +314,12 @@ impl RemoteRank {
             stream: stream.try_clone().map_err(|e| err(format!("control connection: {e}")))?,
             reason: Mutex::new(None),
         });
-        Ok(Self { rank, stream, cfg, name, reports, link, healthy })
+        let writer: Writer = Arc::new(Mutex::new(
+            stream.try_clone().map_err(|e| err(format!("control connection: {e}")))?,
+        ));
+        links().push(writer.clone());
+        heartbeat_thread();
+        Ok(Self { rank, stream, writer, cfg, name, reports, link, healthy })
     }
 
     /// The handle that shuts this proxy's control connection down.
@@ -279,7 +347,7 @@ impl RemoteRank {
                 ),
             },
         };
-        write_frame(&self.stream, payload).map_err(|e| lost(e, &self.link))?;
+        write_frame(&lock(&self.writer), payload).map_err(|e| lost(e, &self.link))?;
         let frame = read_frame(&self.stream).map_err(|e| lost(e, &self.link))?;
         let mut d = Dec::new(&frame);
         let parsed = (|| -> std::result::Result<std::result::Result<(), String>, String> {
@@ -340,10 +408,14 @@ impl StepRunner for RemoteRank {
 }
 
 impl Drop for RemoteRank {
+    /// A healthy group leaves the connection registered: [`finish`] tells the remote process
+    /// how the whole run ended (rank 0 may still fail after its engine is dropped). Otherwise
+    /// the connection is closed now (the remote process fails).
     fn drop(&mut self) {
         if self.healthy.load(Ordering::SeqCst) && !self.link.is_aborted() {
-            let _ = write_frame(&self.stream, &Enc::tag(SHUTDOWN).0);
+            return;
         }
+        links().retain(|w| !Arc::ptr_eq(w, &self.writer));
         let _ = self.stream.shutdown(Shutdown::Both);
     }
 }
@@ -429,7 +501,13 @@ fn execute(ex: &mut Executor, frame: &[u8]) -> std::result::Result<Option<Result
             ex.decode_sample(&ids, &batch, &rows).map(|_| ())
         }
         RESET => ex.reset_slot(d.usize("slot")?),
-        SHUTDOWN => return Ok(None),
+        SHUTDOWN => {
+            if d.u8("outcome")? == 1 {
+                return Ok(None);
+            }
+            let why = d.str("reason")?;
+            Err(EngineError::Comm(format!("rank 0 failed after the rendezvous: {why}")))
+        }
         t => return Err(format!("unknown command tag {t}")),
     }))
 }
@@ -441,15 +519,20 @@ fn spawn_reader(
     rank: usize,
     control: &TcpStream,
     abort: Arc<Mutex<Option<Arc<dyn AbortHandle>>>>,
+    silence: Duration,
 ) -> Result<mpsc::Receiver<Event>> {
     let (tx, rx) = mpsc::channel::<Event>();
     let reader = control
         .try_clone()
         .map_err(|e| EngineError::Comm(format!("rank {rank}: control connection: {e}")))?;
+    reader
+        .set_read_timeout(Some(silence))
+        .map_err(|e| EngineError::Comm(format!("rank {rank}: control connection: {e}")))?;
     std::thread::Builder::new()
         .name(format!("deltakit-control-{rank}"))
         .spawn(move || loop {
             match read_frame(&reader) {
+                Ok(f) if f.first() == Some(&HEARTBEAT) => {}
                 Ok(f) => {
                     let shutdown = f.first() == Some(&SHUTDOWN);
                     if tx.send(Event::Frame(f)).is_err() || shutdown {
@@ -457,11 +540,22 @@ fn spawn_reader(
                     }
                 }
                 Err(e) => {
-                    let e = io_text(&e);
-                    let why = format!(
-                        "rank {rank}: the control connection to rank 0 ended ({e}): rank 0 \
-                         exited, failed or aborted the group"
-                    );
+                    let why = if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) {
+                        format!(
+                            "rank {rank}: no message from rank 0 within {:.0}s (no heartbeat \
+                             either): rank 0 is stalled or unreachable; aborting",
+                            silence.as_secs_f64()
+                        )
+                    } else {
+                        format!(
+                            "rank {rank}: the control connection to rank 0 ended ({}): rank 0 \
+                             exited, failed or aborted the group",
+                            io_text(&e)
+                        )
+                    };
                     if let Some(a) = abort.lock().ok().and_then(|a| a.clone()) {
                         a.abort(&why);
                     }
@@ -501,6 +595,7 @@ pub fn serve(
             EngineError::Comm(format!("rank {rank}: writing to rank 0's control connection: {e}"))
         })
     };
+    let silence = silence_limit(opts.step_timeout);
     let mut ex = match Executor::start(1, &factory, opts) {
         Ok(ex) => ex,
         Err(e) => {
@@ -518,15 +613,17 @@ pub fn serve(
         encode_report(&mut m, r);
     }
     reply(&m.0)?;
-    let rx = spawn_reader(rank, control, abort)?;
+    let rx = spawn_reader(rank, control, abort, silence)?;
     loop {
         let frame = match rx.recv() {
             Ok(Event::Frame(f)) => f,
             Ok(Event::Closed(why)) => return Err(EngineError::Comm(why)),
             Err(_) => return Err(EngineError::Comm(format!("rank {rank}: control reader gone"))),
         };
+        let shutdown = frame.first() == Some(&SHUTDOWN);
         let result = match execute(&mut ex, &frame) {
             Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) if shutdown => return Err(e),
             Ok(Some(r)) => r,
             Err(msg) => {
                 let e = EngineError::Comm(format!("rank {rank}: malformed command: {msg}"));
@@ -576,5 +673,43 @@ mod tests {
         assert_eq!(decode_sampling(&mut d).unwrap(), rows);
         assert_eq!(decode_rows(&mut d).unwrap(), WantRows::Rows(vec![1, 4]));
         assert!(d.is_done());
+    }
+
+    /// A rank other than 0 keeps waiting while rank 0's heartbeat flows (longer than its
+    /// silence limit), and gives up with a clear error once rank 0 goes silent.
+    #[test]
+    fn tp_control_heartbeat_keeps_followers_alive_and_silence_fails_them() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let root = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (follower, _) = l.accept().unwrap();
+        let writer: Writer = Arc::new(Mutex::new(root.try_clone().unwrap()));
+        links().push(writer.clone());
+        heartbeat_thread();
+        let silence = HEARTBEAT_EVERY * 3;
+        let rx = spawn_reader(1, &follower, Arc::new(Mutex::new(None)), silence).unwrap();
+        // Rank 0 "computes" for longer than the silence limit: only heartbeats flow.
+        assert!(rx.recv_timeout(silence + HEARTBEAT_EVERY * 2).is_err(), "tripped while alive");
+        // Rank 0 stalls (no heartbeat): the follower fails within the silence limit.
+        links().retain(|w| !Arc::ptr_eq(w, &writer));
+        let t0 = std::time::Instant::now();
+        match rx.recv_timeout(silence * 2) {
+            Ok(Event::Closed(why)) => {
+                assert!(why.contains("no message from rank 0 within 3s"), "{why}");
+            }
+            _ => panic!("no silence error"),
+        }
+        assert!(t0.elapsed() <= silence + HEARTBEAT_EVERY * 2, "{:?}", t0.elapsed());
+        drop(root);
+    }
+
+    /// The final shutdown carries rank 0's outcome: a failure fails the other ranks.
+    #[test]
+    fn tp_control_shutdown_carries_rank0_failure() {
+        let mut e = Enc::tag(SHUTDOWN);
+        encode_result(&mut e, Err("token id 99999 is outside the vocabulary"));
+        let mut d = Dec::new(&e.0);
+        assert_eq!(d.u8("tag").unwrap(), SHUTDOWN);
+        assert_eq!(d.u8("ok").unwrap(), 0);
+        assert!(d.str("why").unwrap().contains("99999"));
     }
 }

@@ -160,37 +160,79 @@ fn decode_hello(frame: &[u8]) -> std::result::Result<Option<Hello>, DistError> {
     Ok(Some(Hello { rank, world, capacity, fingerprint }))
 }
 
-/// Accept one connection before `deadline` (polling a non-blocking listener), with its first
-/// frame read (bounded by [`FIRST_FRAME`]); `Ok(None)` at the deadline. Connections that fail
-/// before their first frame are skipped.
-fn accept_one(
-    l: &TcpListener,
-    deadline: Instant,
-) -> std::result::Result<Option<(TcpStream, Vec<u8>)>, DistError> {
-    loop {
-        if Instant::now() >= deadline {
-            return Ok(None);
+/// `now + d`, saturating far in the future (a huge `--rendezvous-timeout` means "no limit",
+/// not an overflow panic).
+#[must_use]
+pub fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
+}
+
+/// Rank 0's listener: every accepted connection's first frame is read in a thread of its own
+/// (bounded by [`FIRST_FRAME`] and the phase's deadline), so a silent stray connection (a port
+/// scanner) cannot delay the real ranks.
+struct Acceptor {
+    listener: TcpListener,
+    tx: std::sync::mpsc::Sender<(TcpStream, Vec<u8>)>,
+    rx: std::sync::mpsc::Receiver<(TcpStream, Vec<u8>)>,
+}
+
+impl Acceptor {
+    fn new(listener: TcpListener) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        Self { listener, tx, rx }
+    }
+
+    /// The next connection with its first frame before `deadline`; `Ok(None)` at the deadline.
+    /// Connections that fail before their first frame are skipped.
+    fn next(
+        &self,
+        deadline: Instant,
+    ) -> std::result::Result<Option<(TcpStream, Vec<u8>)>, DistError> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            loop {
+                match self.listener.accept() {
+                    Ok((s, _)) => self.read_first(s, left),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        return Err(proto(format!(
+                            "accept on {}: {e}",
+                            deadline_note(&self.listener)
+                        )))
+                    }
+                }
+            }
+            if let Ok(c) = self.rx.recv_timeout(left.min(Duration::from_millis(5))) {
+                return Ok(Some(c));
+            }
         }
-        match l.accept() {
-            Ok((s, _)) => {
-                let prepared = s
-                    .set_nonblocking(false)
-                    .and_then(|()| s.set_nodelay(true))
-                    .and_then(|()| s.set_read_timeout(Some(FIRST_FRAME)));
+    }
+
+    fn read_first(&self, s: TcpStream, left: Duration) {
+        let tx = self.tx.clone();
+        let _ =
+            std::thread::Builder::new().name("deltakit-rendezvous-hello".into()).spawn(move || {
+                let prepared =
+                    s.set_nonblocking(false).and_then(|()| s.set_nodelay(true)).and_then(|()| {
+                        s.set_read_timeout(Some(
+                            FIRST_FRAME.min(left).max(Duration::from_millis(1)),
+                        ))
+                    });
                 if prepared.is_err() {
-                    continue;
+                    return;
                 }
                 if let Ok(f) = read_frame(&s) {
                     let _ = s.set_read_timeout(None);
-                    return Ok(Some((s, f)));
+                    let _ = tx.send((s, f));
                 }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(proto(format!("accept on {}: {e}", deadline_note(l)))),
-        }
+            });
     }
 }
 
@@ -213,14 +255,15 @@ fn root(opts: &RendezvousOptions) -> std::result::Result<Group, DistError> {
     listener
         .set_nonblocking(true)
         .map_err(|e| DistError::Bind { addr: opts.addr.clone(), msg: e.to_string() })?;
+    let acceptor = Acceptor::new(listener);
     let world = opts.world;
     // Control phase: every other rank's hello.
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = deadline_after(opts.timeout);
     let mut joined: Vec<(usize, TcpStream)> = Vec::new();
     let mut capacity = opts.capacity;
     let mut first_err: Option<DistError> = None;
     while joined.len() < world - 1 {
-        let Some((s, frame)) = accept_one(&listener, deadline)? else {
+        let Some((s, frame)) = acceptor.next(deadline)? else {
             break;
         };
         let hello = match decode_hello(&frame) {
@@ -290,11 +333,11 @@ fn root(opts: &RendezvousOptions) -> std::result::Result<Group, DistError> {
         write_frame(s, &w.0).map_err(|e| proto(format!("welcome to rank {r}: {e}")))?;
     }
     // Data phase: one connection per rank, tagged with the session.
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = deadline_after(opts.timeout);
     let mut data: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
     let mut have = 0;
     while have < world - 1 {
-        let Some((s, frame)) = accept_one(&listener, deadline)? else {
+        let Some((s, frame)) = acceptor.next(deadline)? else {
             let missing: Vec<usize> = (1..world).filter(|&r| data[r].is_none()).collect();
             let e = DistError::Missing {
                 addr: opts.addr.clone(),
@@ -322,7 +365,18 @@ fn root(opts: &RendezvousOptions) -> std::result::Result<Group, DistError> {
                 }
                 data[r] = Some(s);
             }
-            _ => {} // stale or foreign connection: dropped
+            _ => {
+                // A late hello for a rank that already joined: refuse it (the group goes on).
+                if let Ok(Some(h)) = decode_hello(&frame) {
+                    let e = if h.rank == 0 || h.rank >= world {
+                        DistError::RankOutOfRange { rank: h.rank, world }
+                    } else {
+                        DistError::DuplicateRank { rank: h.rank }
+                    };
+                    reject_all(&[(h.rank, s)], &e);
+                }
+                // Otherwise a stale or foreign connection: dropped.
+            }
         }
     }
     Ok(Group {
@@ -373,15 +427,31 @@ fn connect(
 }
 
 fn leaf(opts: &RendezvousOptions) -> std::result::Result<Group, DistError> {
-    let deadline = Instant::now() + opts.timeout;
+    let deadline = deadline_after(opts.timeout);
     let ctl = connect(opts, deadline)?;
     write_frame(&ctl, &encode_hello(opts))
         .map_err(|e| proto(format!("sending the hello to rank 0 at {}: {e}", opts.addr)))?;
-    // Rank 0 answers by the end of its own deadline, which may start after ours.
-    ctl.set_read_timeout(Some(opts.timeout * 2 + Duration::from_secs(5)))
-        .map_err(|e| proto(format!("read timeout: {e}")))?;
+    // Rank 0 started before our hello reached it, so it answers by the end of its deadline:
+    // at most `timeout` from now (plus a little slack).
+    let reply_wait = opts.timeout.saturating_add(Duration::from_secs(1));
+    ctl.set_read_timeout(Some(reply_wait)).map_err(|e| proto(format!("read timeout: {e}")))?;
     let frame = read_frame(&ctl).map_err(|e| {
-        proto(format!("no answer from rank 0 at {} to rank {}'s hello: {e}", opts.addr, opts.rank))
+        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+            proto(format!(
+                "rank {}: timed out waiting for rank 0's reply at {} (waited {:.1}s after the \
+                 hello; is a deltakit rank 0 listening there?)",
+                opts.rank,
+                opts.addr,
+                reply_wait.as_secs_f64()
+            ))
+        } else {
+            proto(format!(
+                "no answer from rank 0 at {} to rank {}'s hello: {}",
+                opts.addr,
+                opts.rank,
+                super::wire::io_text(&e)
+            ))
+        }
     })?;
     let mut d = Dec::new(&frame);
     let (session, capacity, nccl_id) = match d.u8("tag").map_err(proto)? {
@@ -393,7 +463,7 @@ fn leaf(opts: &RendezvousOptions) -> std::result::Result<Group, DistError> {
         REJECT => return Err(DistError::decode(&mut d).map_err(proto)?),
         t => return Err(proto(format!("rank 0 answered with frame tag {t}"))),
     };
-    let data_deadline = Instant::now() + opts.timeout;
+    let data_deadline = deadline_after(opts.timeout);
     let data = connect(opts, data_deadline)?;
     let mut e = Enc::tag(DATA_HELLO);
     e.u32(MAGIC).u32(PROTOCOL).usize(opts.rank).u64(session);
@@ -601,5 +671,61 @@ mod tests {
             vec![h0.join().unwrap(), h1.join().unwrap()]
         });
         assert!(groups.iter().all(std::result::Result::is_ok));
+    }
+
+    /// A silent stray connection (a port scanner) does not delay the real ranks.
+    #[test]
+    fn tp_rendezvous_silent_connection_does_not_stall() {
+        let addr = free_addr();
+        let t0 = Instant::now();
+        let groups: Vec<_> = std::thread::scope(|s| {
+            let a = opts(&addr, 0, 2, fp());
+            let h0 = s.spawn(move || rendezvous(&a));
+            std::thread::sleep(Duration::from_millis(30));
+            let idle = TcpStream::connect(&addr).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            let b = opts(&addr, 1, 2, fp());
+            let h1 = s.spawn(move || rendezvous(&b));
+            let g = vec![h0.join().unwrap(), h1.join().unwrap()];
+            drop(idle);
+            g
+        });
+        assert!(groups.iter().all(std::result::Result::is_ok));
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    /// A huge timeout saturates (no overflow panic).
+    #[test]
+    fn tp_rendezvous_huge_timeout_saturates() {
+        let addr = free_addr();
+        let groups: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|r| {
+                    let mut o = opts(&addr, r, 2, fp());
+                    o.timeout = Duration::from_secs(u64::MAX);
+                    let h = s.spawn(move || rendezvous(&o));
+                    std::thread::sleep(Duration::from_millis(30));
+                    h
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(groups.iter().all(std::result::Result::is_ok));
+        assert!(deadline_after(Duration::MAX) > Instant::now());
+    }
+
+    /// A listener that accepts and never answers: the rank fails within its timeout naming the
+    /// missing reply (not a raw OS error).
+    #[test]
+    fn tp_rendezvous_foreign_listener_times_out_clearly() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut b = opts(&addr, 1, 2, fp());
+        b.timeout = Duration::from_millis(500);
+        let t0 = Instant::now();
+        let e = rendezvous(&b).unwrap_err();
+        assert!(e.to_string().contains("timed out waiting for rank 0's reply"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        drop(l);
     }
 }

@@ -129,7 +129,10 @@ pub fn split_host_port(addr: &str) -> Result<(String, u16), DistError> {
     let bad =
         |msg: &str| DistError::Usage(format!("--rendezvous {addr:?}: {msg} (expected HOST:PORT)"));
     let (host, port) = addr.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-    let port = port.parse::<u16>().map_err(|_| bad("the port is not a number in 0..=65535"))?;
+    let port = port.parse::<u16>().map_err(|_| bad("the port is not a number in 1..=65535"))?;
+    if port == 0 {
+        return Err(bad("port 0 is not a fixed port: every rank must know rank 0's port"));
+    }
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
         return Err(bad("no host"));
@@ -208,11 +211,12 @@ pub fn resolve(flags: &LaunchFlags, env: &LaunchEnv) -> Result<Launch, DistError
     // Rendezvous: --rendezvous, or MASTER_ADDR:MASTER_PORT.
     let env_addr = match (&env.master_addr, &env.master_port) {
         (Some(a), Some(p)) => {
-            let port = p.trim().parse::<u16>().map_err(|_| DistError::Env {
-                var: "MASTER_PORT".into(),
-                value: p.clone(),
-                msg: "expected a port number".into(),
-            })?;
+            let port =
+                p.trim().parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(|| DistError::Env {
+                    var: "MASTER_PORT".into(),
+                    value: p.clone(),
+                    msg: "expected a port number in 1..=65535".into(),
+                })?;
             Some(join_host_port(a.trim().trim_start_matches('[').trim_end_matches(']'), port))
         }
         (Some(a), None) => {
@@ -463,5 +467,7 @@ mod tests {
         assert!(resolve(&f, &LaunchEnv::default()).is_err());
         assert_eq!(split_host_port("[::1]:80").unwrap(), ("::1".into(), 80));
         assert!(split_host_port("host").is_err());
+        let e = split_host_port("host:0").unwrap_err().to_string();
+        assert!(e.contains("port 0"), "{e}");
     }
 }
