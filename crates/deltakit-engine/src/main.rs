@@ -479,6 +479,7 @@ fn fingerprint(
     world: usize,
     backend: &str,
     cache: &CacheConfig,
+    weights: &str,
 ) -> Fingerprint {
     Fingerprint::new()
         .field("deltakit version", env!("CARGO_PKG_VERSION"))
@@ -493,13 +494,7 @@ fn fingerprint(
                 cache.max_seqs, cache.max_context, cache.page_size, cache.num_pages
             ),
         )
-        .field(
-            "weights",
-            match common.load_format {
-                LoadFormat::Auto => "checkpoint".to_string(),
-                LoadFormat::Dummy => format!("dummy, seed {}", common.weight_seed),
-            },
-        )
+        .field("weights", weights)
         .field("graphs", if backend == "cpu" || common.no_graphs { "off" } else { "on" })
 }
 
@@ -513,12 +508,20 @@ fn load_rank(
     cache: CacheConfig,
     opts: &TpOptions,
 ) -> Result<Option<Engine>> {
+    let weights = match src {
+        Source::Dir(d) => format!(
+            "checkpoint {}",
+            deltakit_engine::dist::weights_identity(d)
+                .with_context(|| format!("reading the checkpoint headers in {}", d.display()))?
+        ),
+        Source::Dummy(..) => format!("dummy, seed {}", common.weight_seed),
+    };
     let ropts = |backend: &str, nccl_id: Option<Vec<u8>>, capacity: u64| RendezvousOptions {
         addr: spec.rendezvous.clone(),
         rank: spec.rank,
         world: spec.world,
         timeout: Duration::from_secs(common.rendezvous_timeout as u64),
-        fingerprint: fingerprint(cfg, common, spec.world, backend, &cache),
+        fingerprint: fingerprint(cfg, common, spec.world, backend, &cache, &weights),
         nccl_id,
         capacity,
     };

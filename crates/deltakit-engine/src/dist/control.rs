@@ -10,12 +10,21 @@
 //!   reply, poisons itself on the first error, and its watchdog aborts every rank's abort
 //!   handle — for a [`RemoteRank`] that shuts its control connection down, which the remote
 //!   process sees as the end of the run.
+//! - Rank 0 writes a heartbeat frame on every control connection every [`HEARTBEAT_EVERY`]
+//!   (a background thread; the writes share a lock with the commands), so it keeps flowing
+//!   while rank 0 loads, computes a long step or sits between steps. At the end of the process
+//!   (after the engine is dropped) rank 0's `main` calls [`finish`], which sends the final
+//!   shutdown carrying the run's outcome: ok, or `failed: <reason>` (rank 0 failed after the
+//!   rendezvous: a bad prompt, an unwritable output file, ...), which fails every other rank too.
 //! - On every other rank, [`serve`] builds the local rank behind an executor of one (so that a
 //!   panic, an error and the watchdog are handled exactly as in-process), replies `ready` (with
-//!   its memory report) or the start-up error, then executes commands until `shutdown`. A step
-//!   error is replied and ends the process's loop with that error (its executor is poisoned).
-//!   The end of the control connection without `shutdown` (rank 0 died or gave up) aborts the
-//!   local communicator (so a rank blocked in a collective returns) and fails.
+//!   its memory report) or the start-up error, then executes commands until `shutdown` (ok:
+//!   `Ok(())`; rank 0's failure: an error naming it). A step error is replied and ends the
+//!   process's loop with that error (its executor is poisoned). The end of the control
+//!   connection without `shutdown` (rank 0 died or gave up), or no frame at all (not even a
+//!   heartbeat) for [`silence_limit`] (max of `--step-timeout` and three heartbeats: rank 0 is
+//!   stopped or unreachable), aborts the local communicator (so a rank blocked in a collective
+//!   returns) and fails.
 //!
 //! Replies carry no data: rank 0's thread is the one that returns logits / samples (ranks other
 //! than 0 only run the step, their collectives included).

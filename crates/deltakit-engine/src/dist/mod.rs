@@ -10,7 +10,7 @@
 //! - [`rendezvous`]: rank 0 listens on `HOST:PORT`, the other ranks connect (with retries until
 //!   a deadline); a handshake checks the world size, that every rank joined once, and a
 //!   [`Fingerprint`] of what every rank must agree on (model config, tp, dtype, cache, weight
-//!   source); rank 0 hands out a session id, the NCCL unique id (CUDA) and the agreed capacity.
+//!   source: the dummy seed, or [`weights_identity`] of the checkpoint); rank 0 hands out a session id, the NCCL unique id (CUDA) and the agreed capacity.
 //!   The result is a [`rendezvous::Group`]: a control connection and a data connection between
 //!   rank 0 and every other rank;
 //! - [`tcp_comm`]: the CPU backend's communicator across processes over the data connections
@@ -30,8 +30,11 @@
 //! way rank 0's executor aborts its communicator and shuts its connections, which ends the step
 //! on every other process with an error, and every process exits non-zero. A process whose
 //! control connection to rank 0 ends without a shutdown command (rank 0 died or gave up) aborts
-//! its communicator and exits non-zero. A rank missing at the rendezvous makes rank 0 fail after
-//! `--rendezvous-timeout` naming the ranks that did not arrive.
+//! its communicator and exits non-zero; so does one that hears nothing from rank 0 (not even its
+//! one-second heartbeat) for max(`--step-timeout`, 3 s) (rank 0 stopped or unreachable). Rank 0
+//! failing after the rendezvous (a bad prompt, an unwritable output) sends that failure in its
+//! final shutdown: every process exits non-zero. A rank missing at the rendezvous makes rank 0
+//! fail after `--rendezvous-timeout` naming the ranks that did not arrive.
 //!
 //! # Trust
 //! The rendezvous has no authentication: run it on a trusted network (as torchrun's and NCCL's
@@ -285,6 +288,44 @@ impl Fingerprint {
         }
         Ok(Self(f))
     }
+}
+
+/// A cheap identity of a checkpoint directory, for the handshake: every `*.safetensors` file's
+/// name and size and a hash of its JSON header (tensor names, dtypes, shapes, offsets and
+/// metadata), hashed together. Two checkpoints of the same config with different files or
+/// headers differ; the tensor bytes are not read (a checkpoint whose data alone differs, with
+/// identical headers and sizes, is not told apart).
+///
+/// # Errors
+/// The directory or a file cannot be read, or a header length is implausible.
+pub fn weights_identity(dir: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    let mut all = Enc::default();
+    let mut total = 0u64;
+    for f in &files {
+        let mut file = std::fs::File::open(f)?;
+        let size = file.metadata()?.len();
+        let mut len = [0u8; 8];
+        file.read_exact(&mut len)?;
+        let n = u64::from_le_bytes(len);
+        if n > 100 << 20 || n > size {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: safetensors header length {n}", f.display()),
+            ));
+        }
+        let mut header = vec![0u8; n as usize];
+        file.read_exact(&mut header)?;
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        all.str(&name).u64(size).u64(wire::fnv1a(&header));
+        total = total.saturating_add(size);
+    }
+    Ok(format!("{:016x} ({} safetensors files, {total} bytes)", wire::fnv1a(&all.0), files.len()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,16 @@
 //! every rank arrived (or the deadline), then checks: the world sizes are equal, no rank joined
 //! twice or is out of range, and every fingerprint equals rank 0's field by field. Any failure
 //! is sent to every rank that joined, and returned on rank 0, as the same [`DistError`]
-//! (naming the rank, the field, expected and actual; or the ranks that did not arrive). On
+//! (naming the rank, the field, expected and actual; or the ranks that did not arrive). Each
+//! accepted connection's first frame is read in a thread of its own (at most 10 s, and never
+//! past the deadline), so a silent stray connection (a port scanner) cannot delay the real
+//! ranks. A rank waits at most `--rendezvous-timeout` (+1 s) after its hello for rank 0's answer
+//! (a listener that is not a deltakit rank 0 fails with `timed out waiting for rank 0's
+//! reply`). Duplicate ranks: a rank that joins twice before every rank arrived fails the group
+//! (`rank 1 joined twice`); a duplicate hello during the data phase is refused with the same
+//! error while the group goes on; once the rendezvous is over nothing listens, so a later
+//! duplicate cannot connect and fails with [`DistError::Unreachable`] after its own timeout (the
+//! running group is not disturbed). The deadlines saturate (a huge timeout means no limit). On
 //! success rank 0 sends a welcome: a random session id, the agreed capacity (the minimum over
 //! ranks) and the NCCL unique id it made (CUDA). Every rank then opens its data connection
 //! (tagged with the session id); rank 0 waits for all of them (same deadline length).
