@@ -107,6 +107,7 @@ pub fn finish(outcome: std::result::Result<(), &str>) {
     encode_result(&mut e, outcome);
     for w in ws {
         let s = lock(&w);
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = write_frame(&s, &e.0);
         let _ = s.shutdown(Shutdown::Write);
     }
@@ -323,6 +324,11 @@ impl RemoteRank {
             stream: stream.try_clone().map_err(|e| err(format!("control connection: {e}")))?,
             reason: Mutex::new(None),
         });
+        // A stalled remote process whose socket buffer is full must not block the heartbeat
+        // (and the other connections' heartbeats) forever.
+        stream
+            .set_write_timeout(Some(timeout.max(Duration::from_secs(10))))
+            .map_err(|e| err(format!("control connection: {e}")))?;
         let writer: Writer = Arc::new(Mutex::new(
             stream.try_clone().map_err(|e| err(format!("control connection: {e}")))?,
         ));
