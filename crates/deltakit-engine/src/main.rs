@@ -488,7 +488,9 @@ fn fingerprint(
         .field("backend", backend)
         .field("dtype", format!("{:?}", common.dtype).to_lowercase())
         .field(
-            "cache",
+            // The cache is sized from the prompts, --max-tokens, --batch and --max-context: every
+            // rank must be started with the same ones (the field name says so in the error).
+            "cache (same prompts / --max-tokens / --batch on every rank)",
             format!(
                 "{} sequences x {} tokens, page {}, {} pages",
                 cache.max_seqs, cache.max_context, cache.page_size, cache.num_pages

@@ -260,7 +260,7 @@ fn multiproc_missing_rank_times_out_with_a_clear_error() {
 fn multiproc_config_mismatch_is_a_typed_error_on_every_rank() {
     for (extra, max_tokens, want) in [
         (vec!["--dtype", "bf16"], 4, "rank 1 differs from rank 0 in dtype: expected f32, got bf16"),
-        (vec![], 5, "rank 1 differs from rank 0 in cache: expected 1 sequences x 6 tokens"),
+        (vec![], 5, "rank 1 differs from rank 0 in cache (same prompts / --max-tokens / --batch on every rank): expected 1 sequences x 6 tokens"),
         (
             vec!["--load-format", "dummy", "--weight-seed", "3"],
             4,
