@@ -8,21 +8,25 @@
 // [num_slots, conv_dim, W-1] (oldest first).
 // Two kernels on the stream, so no kernel reads a state another thread is writing:
 // 1. outputs. Vector path (conv_dim, x_stride multiples of 8, x / out / weight / bias 16-byte
-//    aligned): one thread per (8 channels, chunk of kVecChunk tokens), 16-byte loads / stores
-//    (a warp reads 512 contiguous bytes per token); a chunk inside one live sequence whose window
-//    lies in x (every chunk but those at a sequence start) loads all its kVecChunk + W-1 inputs
-//    up front (many bytes in flight per thread), others walk token by token as the scalar path.
+//    aligned): one thread per (CV channels, chunk of CT tokens), dispatched CV = 4 (8-byte loads /
+//    stores: a warp reads 256 contiguous bytes per token), CT = 8 (kVecDefault; CV = 8 / 16-byte
+//    accesses and other CT are tune configurations); a chunk inside one live sequence whose window
+//    lies in x (every chunk but those at a sequence start) loads all its CT + W-1 inputs up front
+//    (many bytes in flight per thread), others walk token by token as the scalar path.
 //    Scalar path (any other shape): one thread per (channel, chunk of 16 tokens); grid.x = token
 //    chunks, grid.y = channel blocks of 128 (a warp reads 64 contiguous bytes per token). Either
 //    thread finds the chunk's first sequence by binary search over cu_seqlens, keeps a W-1 window
 //    in registers (re-initialised from the slot's state or zeros at a sequence start) and walks
-//    its tokens. It only READS the state pool. Same f32 operations per output in both paths
-//    (bit-identical results).
+//    its tokens. It only READS the state pool. Same f32 operations per output in both paths and in
+//    conv1d.update (dk_conv1d::conv_out: FMA taps, hardware SiLU; bit-identical results).
 // 2. final states: one thread per (sequence, channel); grid.x = N * channel blocks. It reads the
 //    old W-1 history (if the sequence is shorter than W-1 part of it survives) and the last inputs,
 //    then writes the new history, all in that one thread.
 // Slots outside [0, num_slots) (incl. -1) are padding: zero output, state untouched. cu_seqlens
 // values are clamped to [0, T], so bad values cannot make the kernels read outside x.
+#include <cstdlib>
+#include <cstring>
+
 #include "../common/bf16x8.cuh"
 #include "../common/launch.cuh"
 #include "common.cuh"
@@ -119,41 +123,61 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_kernel(DkConv1dPr
   }
 }
 
-// ---- vector path: 8 channels per thread -------------------------------------------------------
-constexpr int kVec = 8;
+// ---- vector path: CV = 8 (16-byte accesses) or 4 (8-byte accesses) channels per thread ---------
+constexpr int kVec = 8;  // channel multiple the vector path requires (and CV of the dispatched kernels)
 
-// 8 bf16 <-> f32 through one 16-byte access (csrc/common/bf16x8.cuh).
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[kVec]) { dk::unpack_bf16x8(raw, f); }
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[kVec]) { dk::load_bf16x8(p, f); }
-__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec]) { dk::store_bf16x8(p, f); }
+// CV bf16 <-> f32 through one 16-byte (CV = 8, csrc/common/bf16x8.cuh) or 8-byte (CV = 4) access.
+template <int CV>
+struct RawV {
+  using T = uint4;
+};
+template <>
+struct RawV<4> {
+  using T = uint2;
+};
+template <int CV>
+__device__ __forceinline__ void unpackv(const typename RawV<CV>::T& raw, float (&f)[CV]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < CV / 2; ++j) {
+    const float2 v = __bfloat1622float2(h[j]);
+    f[2 * j] = v.x;
+    f[2 * j + 1] = v.y;
+  }
+}
+template <int CV>
+__device__ __forceinline__ void loadv(const __nv_bfloat16* p, float (&f)[CV]) {
+  const typename RawV<CV>::T raw = *reinterpret_cast<const typename RawV<CV>::T*>(p);
+  unpackv<CV>(raw, f);
+}
+template <int CV>
+__device__ __forceinline__ void storev(__nv_bfloat16* p, const float (&f)[CV]) {
+  typename RawV<CV>::T raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < CV / 2; ++j) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+  *reinterpret_cast<typename RawV<CV>::T*>(p) = raw;
+}
 
-// Outputs of one token for 8 channels: silu(bias + taps) per channel, as conv_out. FMA (tune
-// configuration only, not dispatched): the taps as fused multiply-adds (W instructions instead of
-// 2W; rounds differently from the reference's separate multiply and add).
-template <int W, bool FMA = false>
-__device__ __forceinline__ void conv8(const float (&wt)[kVec][W], const float (&bias)[kVec],
-                                      const float (&win)[W - 1][kVec], const float (&xv)[kVec], float (&o)[kVec]) {
+// Outputs of one token for CV channels: silu(bias + taps) per channel, as conv_out<W, FMA>.
+template <int W, bool FMA = true, int CV = kVec>
+__device__ __forceinline__ void conv8(const float (&wt)[CV][W], const float (&bias)[CV],
+                                      const float (&win)[W - 1][CV], const float (&xv)[CV], float (&o)[CV]) {
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    if constexpr (FMA) {
-      float acc = bias[i];
+  for (int i = 0; i < CV; ++i) {
+    float w1[W - 1];
 #pragma unroll
-      for (int j = 0; j < W - 1; ++j) acc = fmaf(wt[i][j], win[j][i], acc);
-      o[i] = dk_conv1d::silu(fmaf(wt[i][W - 1], xv[i], acc));
-    } else {
-      float w1[W - 1];
-#pragma unroll
-      for (int j = 0; j < W - 1; ++j) w1[j] = win[j][i];
-      o[i] = dk_conv1d::conv_out<W>(wt[i], bias[i], w1, xv[i]);
-    }
+    for (int j = 0; j < W - 1; ++j) w1[j] = win[j][i];
+    o[i] = dk_conv1d::conv_out<W, FMA>(wt[i], bias[i], w1, xv[i]);
   }
 }
 
-// One thread per (8 channels c0..c0+7, chunk of CT tokens). Requires conv_dim % 8 == 0,
+// One thread per (CV channels c0..c0+CV-1, chunk of CT tokens). Requires conv_dim % 8 == 0,
 // x_stride % 8 == 0 and 16-byte aligned x / out / weight / bias (checked by the launcher).
-template <int W, int CT, bool FMA = false>
+template <int W, int CT, bool FMA = true, int CV = kVec>
 __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_vec_kernel(DkConv1dPrefillParams p) {
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * kVec;
+  using Raw = typename RawV<CV>::T;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * CV;
   if (c0 >= p.conv_dim) return;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * CT;
   const int64_t t1 = t0 + CT < p.num_tokens ? t0 + CT : p.num_tokens;
@@ -167,49 +191,54 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_vec_kernel(DkConv
   }
   int64_t seq = lo;
   while (seq + 1 < p.num_seqs && cu_at(p, seq + 1) <= t0) ++seq;
-  // weight [conv_dim, W]: the 8 channels' taps are 8 * W contiguous values (W 16-byte loads).
+  // weight [conv_dim, W]: the CV channels' taps are CV * W contiguous values (CV = 8: W 16-byte loads).
   const auto* weight = reinterpret_cast<const __nv_bfloat16*>(p.weight) + c0 * W;
-  float wt[kVec][W];
+  float wt[CV][W];
+  if constexpr (CV == 8) {
 #pragma unroll
-  for (int q = 0; q < W; ++q) {
-    float f[kVec];
-    load8(weight + q * kVec, f);
+    for (int q = 0; q < W; ++q) {
+      float f[8];
+      dk::load_bf16x8(weight + q * 8, f);
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) wt[(q * kVec + e) / W][(q * kVec + e) % W] = f[e];
-  }
-  float bias[kVec];
-  if (p.bias) {
-    load8(reinterpret_cast<const __nv_bfloat16*>(p.bias) + c0, bias);
+      for (int e = 0; e < 8; ++e) wt[(q * 8 + e) / W][(q * 8 + e) % W] = f[e];
+    }
   } else {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) bias[i] = 0.f;
+    for (int e = 0; e < CV * W; ++e) wt[e / W][e % W] = __bfloat162float(weight[e]);
+  }
+  float bias[CV];
+  if (p.bias) {
+    loadv<CV>(reinterpret_cast<const __nv_bfloat16*>(p.bias) + c0, bias);
+  } else {
+#pragma unroll
+    for (int i = 0; i < CV; ++i) bias[i] = 0.f;
   }
   Seq s = load_seq(p, seq);
   // Fast path: the whole chunk is one live sequence's and its window lies in x.
   if (t1 - t0 == CT && s.slot >= 0 && t0 - (W - 1) >= s.start && t1 <= s.end) {
-    // All CT + W - 1 input rows in flight at once (raw bf16: 4 registers a row).
-    uint4 xs[CT + W - 1];
+    // All CT + W - 1 input rows in flight at once (raw bf16: CV / 2 registers a row).
+    Raw xs[CT + W - 1];
 #pragma unroll
-    for (int j = 0; j < CT + W - 1; ++j) xs[j] = *reinterpret_cast<const uint4*>(x + (t0 - (W - 1) + j) * p.x_stride + c0);
-    float win[W - 1][kVec];
+    for (int j = 0; j < CT + W - 1; ++j) xs[j] = *reinterpret_cast<const Raw*>(x + (t0 - (W - 1) + j) * p.x_stride + c0);
+    float win[W - 1][CV];
 #pragma unroll
-    for (int q = 0; q < W - 1; ++q) unpack8(xs[q], win[q]);
+    for (int q = 0; q < W - 1; ++q) unpackv<CV>(xs[q], win[q]);
 #pragma unroll
     for (int j = 0; j < CT; ++j) {
-      float xv[kVec], o[kVec];
-      unpack8(xs[j + W - 1], xv);
-      conv8<W, FMA>(wt, bias, win, xv, o);
-      store8(out + (t0 + j) * p.conv_dim + c0, o);
+      float xv[CV], o[CV];
+      unpackv<CV>(xs[j + W - 1], xv);
+      conv8<W, FMA, CV>(wt, bias, win, xv, o);
+      storev<CV>(out + (t0 + j) * p.conv_dim + c0, o);
 #pragma unroll
       for (int q = 0; q < W - 2; ++q)
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) win[q][i] = win[q + 1][i];
+        for (int i = 0; i < CV; ++i) win[q][i] = win[q + 1][i];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) win[W - 2][i] = xv[i];
+      for (int i = 0; i < CV; ++i) win[W - 2][i] = xv[i];
     }
     return;
   }
-  float win[W - 1][kVec];
+  float win[W - 1][CV];
   bool have_window = false;
   for (int64_t t = t0; t < t1; ++t) {
     while (t >= s.end && seq + 1 < p.num_seqs) {
@@ -218,13 +247,15 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_vec_kernel(DkConv
       have_window = false;
     }
     if (t < s.start || t >= s.end || s.slot < 0) {  // padding (or a token no sequence covers)
-      const float z[kVec] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      store8(out + t * p.conv_dim + c0, z);
+      float z[CV];
+#pragma unroll
+      for (int i = 0; i < CV; ++i) z[i] = 0.f;
+      storev<CV>(out + t * p.conv_dim + c0, z);
       continue;
     }
     if (!have_window) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
+      for (int i = 0; i < CV; ++i) {
         float w1[W - 1];
         init_window<W>(p, s, t, c0 + i, w1);
 #pragma unroll
@@ -232,16 +263,16 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_vec_kernel(DkConv
       }
       have_window = true;
     }
-    float xv[kVec], o[kVec];
-    load8(x + t * p.x_stride + c0, xv);
-    conv8<W, FMA>(wt, bias, win, xv, o);
-    store8(out + t * p.conv_dim + c0, o);
+    float xv[CV], o[CV];
+    loadv<CV>(x + t * p.x_stride + c0, xv);
+    conv8<W, FMA, CV>(wt, bias, win, xv, o);
+    storev<CV>(out + t * p.conv_dim + c0, o);
 #pragma unroll
     for (int j = 0; j < W - 2; ++j)
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) win[j][i] = win[j + 1][i];
+      for (int i = 0; i < CV; ++i) win[j][i] = win[j + 1][i];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) win[W - 2][i] = xv[i];
+    for (int i = 0; i < CV; ++i) win[W - 2][i] = xv[i];
   }
 }
 
@@ -267,23 +298,45 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_state_kernel(DkConv1d
   for (int j = 0; j < W - 1; ++j) st[j] = nw[j];
 }
 
-// Output-kernel configurations: kAuto = the dispatch (vector path with kVecChunk tokens when the
-// shape allows it, else scalar); the others force one (tools/tune: same-process comparisons).
-enum Cfg { kAuto = 0, kScalar = 1, kVec8 = 2, kVec16 = 3, kVec32 = 4, kVec8Fma = 5, kNumCfgs = 6 };
-constexpr int kVecChunk = 8;
+// Output-kernel configurations: kAuto = the dispatch (kVecDefault when the shape allows the vector
+// path, else scalar; DELTAKIT_CONV1D_PREFILL=<name of another configuration> forces that one where it
+// applies, for tests and measurements); the others force one (tools/tune: same-process comparisons).
+// Names: vecCxT = C channels x T tokens per thread; _ref = the reference's separate multiply and add
+// per tap instead of FMA.
+enum Cfg {
+  kAuto = 0, kScalar = 1, kVec8 = 2, kVec16 = 3, kVec32 = 4, kVec8Ref = 5,
+  kC4Vec8 = 6, kC4Vec16 = 7, kVec4 = 8, kC4Vec8Ref = 9, kNumCfgs = 10
+};
+constexpr const char* kCfgNames[kNumCfgs] = {"auto",    "scalar",    "vec8x8", "vec8x16",   "vec8x32",
+                                             "vec8x8_ref", "vec4x8", "vec4x16", "vec8x4", "vec4x8_ref"};
+// The dispatched vector configuration: 4 channels (8-byte accesses) x 8 tokens per thread, 64
+// registers (8 CTAs of 128 threads per SM; 8 channels x 8 tokens took 128 registers, 4 CTAs).
+constexpr Cfg kVecDefault = kC4Vec8;
+
+Cfg cfg_selected() {
+  static const Cfg cfg = [] {
+    const char* e = std::getenv("DELTAKIT_CONV1D_PREFILL");
+    if (e == nullptr) return kAuto;
+    for (int i = 1; i < kNumCfgs; ++i) {
+      if (std::strcmp(e, kCfgNames[i]) == 0) return static_cast<Cfg>(i);
+    }
+    return kAuto;
+  }();
+  return cfg;
+}
 
 bool vec_ok(const DkConv1dPrefillParams& p) {
   return p.conv_dim % kVec == 0 && p.x_stride % kVec == 0 && p.x % 16 == 0 && p.out % 16 == 0 &&
          p.weight % 16 == 0 && p.bias % 16 == 0;
 }
 
-template <int W, int CT, bool FMA = false>
+template <int W, int CT, bool FMA = true, int CV = kVec>
 dk_status launch_vec(const DkConv1dPrefillParams& p, cudaStream_t stream) {
-  const int64_t cblocks = dk::ceil_div(p.conv_dim, kThreads * kVec);
+  const int64_t cblocks = dk::ceil_div(p.conv_dim, kThreads * CV);
   const int64_t chunks = dk::ceil_div(p.num_tokens, CT);
   if (chunks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
   dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
-  conv1d_prefill_out_vec_kernel<W, CT, FMA><<<grid, kThreads, 0, stream>>>(p);
+  conv1d_prefill_out_vec_kernel<W, CT, FMA, CV><<<grid, kThreads, 0, stream>>>(p);
   return dk::launch_status();
 }
 
@@ -293,7 +346,10 @@ dk_status launch(const DkConv1dPrefillParams& p, cudaStream_t stream, int cfg) {
   if (cblocks > 65535) return DK_ERR_INVALID_ARGUMENT;
   const int64_t chunks = dk::ceil_div(p.num_tokens, kChunk);
   if (chunks > 0x7fffffffLL || p.num_seqs * cblocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
-  if (cfg == kAuto) cfg = vec_ok(p) ? (kVecChunk == 8 ? kVec8 : kVecChunk == 16 ? kVec16 : kVec32) : kScalar;
+  if (cfg == kAuto) {
+    const Cfg forced = cfg_selected();
+    cfg = forced == kScalar || (forced != kAuto && vec_ok(p)) ? forced : vec_ok(p) ? kVecDefault : kScalar;
+  }
   if (cfg != kScalar && !vec_ok(p)) return DK_ERR_UNSUPPORTED;
   if (chunks > 0) {
     dk_status st = DK_OK;
@@ -303,8 +359,16 @@ dk_status launch(const DkConv1dPrefillParams& p, cudaStream_t stream, int cfg) {
       st = launch_vec<W, 16>(p, stream);
     } else if (cfg == kVec32) {
       st = launch_vec<W, 32>(p, stream);
-    } else if (cfg == kVec8Fma) {
-      st = launch_vec<W, 8, true>(p, stream);
+    } else if (cfg == kVec8Ref) {
+      st = launch_vec<W, 8, false>(p, stream);
+    } else if (cfg == kC4Vec8) {
+      st = launch_vec<W, 8, true, 4>(p, stream);
+    } else if (cfg == kC4Vec16) {
+      st = launch_vec<W, 16, true, 4>(p, stream);
+    } else if (cfg == kVec4) {
+      st = launch_vec<W, 4>(p, stream);
+    } else if (cfg == kC4Vec8Ref) {
+      st = launch_vec<W, 8, false, 4>(p, stream);
     } else {
       dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
       conv1d_prefill_out_kernel<W><<<grid, kThreads, 0, stream>>>(p);

@@ -39,10 +39,17 @@ constexpr int kBlock = 256;
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// SiLU through the fast exponential and division (MUFU ex2 / rcp): the IEEE division + expf of the
-// reference formula made norm.rms_gated issue-bound (36% of the copy ceiling at 27B prefill on an
-// H200); the output (rounded to bf16) stays within the tests' 1e-2. x -> -inf gives -0, NaN gives NaN.
-__device__ __forceinline__ float silu(float x) { return __fdividef(x, __fadd_rn(1.f, __expf(-x))); }
+// SiLU through the hardware approximations, x * rcp(1 + 2^(-x log2 e)) (MUFU ex2 / rcp, ftz forms:
+// 5 instructions, no range-check branches): the IEEE division + expf of the reference formula made
+// norm.rms_gated issue-bound (36% of the copy ceiling at 27B prefill on an H200); the output (rounded
+// to bf16) stays within the tests' 1e-2. As csrc/conv1d/common.cuh: x in about [-88.7, -87.3] gives
+// -0 instead of ~-1e-36; x -> -inf gives -0 (x = -inf: NaN), NaN gives NaN.
+__device__ __forceinline__ float silu(float x) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+  return x * r;
+}
 
 template <int VEC>
 __device__ __forceinline__ void load(const __nv_bfloat16* p, float (&f)[VEC]) {
@@ -182,13 +189,100 @@ dk_status launch_tv(const Args& a, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+// norm.rms_gated for d = 128 (the Qwen3.5 value head dim) on the vector path: 16 lanes per row,
+// each lane one 16-byte chunk of x, z and w; a 256-thread CTA is 16 lane groups and each group
+// handles U rows (row of slot u = blockIdx.x * 16U + u * 16 + group, so a warp's two groups touch
+// two adjacent rows per access). All U rows' x and z loads are issued before any arithmetic (2U
+// 16-byte loads in flight per thread), w is loaded once per thread (its chunk index is the same in
+// every row). The U sums of squares (f64, as the generic kernel) are reduced with shuffles inside
+// the group; lane u of the group then computes row u's 1 / sqrt(mean + eps) (IEEE, as the
+// reference) and broadcasts it, so the U divisions cost one pass. y = bf16(w * bf16(x * inv)) as one
+// bf16x2 multiply per pair (the product of two bf16 is exact in f32, so rounding it once to bf16 is
+// the reference's rounding); out = bf16(y * silu(z)). Same values as the generic kernel.
+template <int U>
+__global__ void __launch_bounds__(kBlock) rms_gated_d128_kernel(const Args a) {
+  static_assert(U >= 1 && U <= 16, "U");
+  constexpr int kGroups = kBlock / 16;
+  const int lane = threadIdx.x & 31;
+  const int sub = threadIdx.x / 16;
+  const int tid = threadIdx.x % 16;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kGroups * U + sub;
+  uint4 xr[U], zr[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t row = row0 + u * kGroups;
+    if (row < a.rows) {
+      xr[u] = *reinterpret_cast<const uint4*>(a.x + row * 128 + tid * 8);
+      const int64_t zrow = a.z_heads == 1 ? row * a.z_token_stride
+                                          : (row / a.z_heads) * a.z_token_stride + (row % a.z_heads) * 128;
+      zr[u] = *reinterpret_cast<const uint4*>(a.z + zrow + tid * 8);
+    } else {
+      xr[u] = make_uint4(0u, 0u, 0u, 0u);
+      zr[u] = xr[u];
+    }
+  }
+  const uint4 wr = *reinterpret_cast<const uint4*>(a.w + tid * 8);
+  double ss[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float xv[8];
+    dk::unpack_bf16x8(xr[u], xv);
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc += static_cast<double>(xv[j]) * static_cast<double>(xv[j]);
+    ss[u] = acc;
+  }
+#pragma unroll
+  for (int off = 8; off >= 1; off >>= 1) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], off);
+  }
+  double mine = ss[0];
+#pragma unroll
+  for (int u = 1; u < U; ++u) mine = (tid % U == u) ? ss[u] : mine;
+  const float ms = static_cast<float>(mine * (1.0 / 128.0));  // = mine / 128 exactly
+  const float inv_mine = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wr);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const float inv = __shfl_sync(0xffffffffu, inv_mine, (lane & 16) + u);
+    const int64_t row = row0 + u * kGroups;
+    if (row >= a.rows) continue;
+    const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xr[u]);
+    const __nv_bfloat162* z2 = reinterpret_cast<const __nv_bfloat162*>(&zr[u]);
+    uint4 o;
+    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 xv = __bfloat1622float2(x2[j]);
+      const __nv_bfloat162 n = __floats2bfloat162_rn(__fmul_rn(xv.x, inv), __fmul_rn(xv.y, inv));
+      const float2 y = __bfloat1622float2(__hmul2(w2[j], n));
+      const float2 zv = __bfloat1622float2(z2[j]);
+      o2[j] = __floats2bfloat162_rn(__fmul_rn(y.x, silu(zv.x)), __fmul_rn(y.y, silu(zv.y)));
+    }
+    *reinterpret_cast<uint4*>(a.out + row * 128 + tid * 8) = o;
+  }
+}
+
+// Rows per lane group of rms_gated_d128_kernel in the dispatch.
+constexpr int kGatedD128Rows = 4;
+
+template <int U>
+dk_status launch_gated_d128(const Args& a, cudaStream_t stream) {
+  const int64_t blocks = dk::ceil_div(a.rows, (kBlock / 16) * U);
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  rms_gated_d128_kernel<U><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(a);
+  return dk::launch_status();
+}
+
 // Validates, picks (TPR, VEC, CACHE) and launches. Pointers needed by MODE must be non-null.
 // Vector path (d % 8 == 0, 16-byte aligned): d <= 64 -> 8 threads per row, <= 128 -> 16 (one
 // 16-byte chunk per thread, kept in registers: the row is read once), <= 1024 -> 32 (a warp),
 // else a 256-thread CTA per row (both re-read the row in pass 2: caching 2-4 chunks per thread in
-// registers measured slower at d = 5120 on an H200). Scalar path: a warp or a CTA per row.
+// registers measured slower at d = 5120 on an H200); kGated with d = 128: rms_gated_d128_kernel
+// (gated_d128 = false: the generic kernel, for comparisons). Scalar path: a warp or a CTA per row.
 template <int MODE, bool PREZ = false>
-dk_status launch(const Args& a, cudaStream_t stream) {
+dk_status launch(const Args& a, cudaStream_t stream, bool gated_d128 = true) {
   if (a.rows < 0 || a.d < 1) return DK_ERR_INVALID_ARGUMENT;
   if (!(a.eps >= 0.f)) return DK_ERR_INVALID_ARGUMENT;
   if (MODE == kGated && (a.z_heads < 1 || a.rows % a.z_heads != 0 || a.z_token_stride < a.z_heads * a.d))
@@ -204,6 +298,9 @@ dk_status launch(const Args& a, cudaStream_t stream) {
     vec = vec && p % 16 == 0;
   }
   if (vec) {
+    if constexpr (MODE == kGated && !PREZ) {
+      if (a.d == 128 && gated_d128) return launch_gated_d128<kGatedD128Rows>(a, stream);
+    }
     if (a.d <= 64) return launch_tv<8, 8, MODE, 1, PREZ>(a, stream);
     if (a.d <= 128) return launch_tv<16, 8, MODE, 1, PREZ>(a, stream);
     if (a.d <= 1024) return launch_tv<32, 8, MODE, 0>(a, stream);
