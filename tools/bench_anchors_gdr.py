@@ -65,6 +65,10 @@ def parse_args():
     p.add_argument("--skip-prefill", action="store_true")
     p.add_argument("--skip-decode", action="store_true")
     p.add_argument("--sweep", action="store_true", help="also time every fixed decode tile configuration")
+    p.add_argument("--sweep-only", default="", help="comma-separated substrings: sweep only these configurations")
+    p.add_argument("--graph-b2b", action="store_true", help="decode: also time 20 back-to-back calls in a CUDA graph")
+    p.add_argument("--graph-b2b-max-b", type=int, default=16, help="--graph-b2b only up to this batch")
+    p.add_argument("--decode-t", default="1", help="decode tokens per row: comma-separated T values (T > 1: B 16/64)")
     p.add_argument("--libs", default="dk,fi,fla")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=20)
@@ -212,16 +216,16 @@ def load_chunk_module():
 
 
 # ------------------------------------------------------------------------------------------ decode
-def decode_row(libs, dk, name, hk, hv, B):
-    row = {"kind": "decode", "case": name, "B": B}
+def decode_row(libs, dk, name, hk, hv, B, T=1):
+    row = {"kind": "decode", "case": name, "B": B, "T": T}
     RES["rows"].append(row)
     byts = 2.0 * B * hv * K * V * 4
     tbps = lambda ms: byts / (ms * 1e-3) / 1e12  # noqa: E731
-    g = torch.Generator(device=DEV).manual_seed(B * 7 + hv)
+    g = torch.Generator(device=DEV).manual_seed(B * 7 + hv + 1000 * (T - 1))
     rn = lambda *s: torch.randn(*s, device=DEV, generator=g)  # noqa: E731
-    q, k = rn(B, 1, hk, K).bfloat16(), rn(B, 1, hk, K).bfloat16()
-    v = rn(B, 1, hv, V).bfloat16()
-    a, b = rn(B, 1, hv).bfloat16(), rn(B, 1, hv).bfloat16()
+    q, k = rn(B, T, hk, K).bfloat16(), rn(B, T, hk, K).bfloat16()
+    v = rn(B, T, hv, V).bfloat16()
+    a, b = rn(B, T, hv).bfloat16(), rn(B, T, hv).bfloat16()
     A_log = torch.log(torch.empty(hv, device=DEV).uniform_(1, 16, generator=g))
     dt_bias = (0.5 * rn(hv)).contiguous()
     per_slot = hv * K * V * 4
@@ -231,7 +235,7 @@ def decode_row(libs, dk, name, hk, hv, B):
     pool_vk = (0.05 * rn(max(P_warm, P_cold), hv, V, K)).contiguous()  # [slot, Hv, V, K]
     slots_warm = torch.randperm(P_warm, device=DEV, generator=g)[:B].to(torch.int32)
     perm = torch.randperm(P_cold, device=DEV, generator=g).to(torch.int32)
-    wins = [perm[i * B:(i + 1) * B].contiguous() for i in range(n_win)]
+    wins = [perm[i * B:(i + 1) * B].clone() for i in range(n_win)]  # own allocations (FlashInfer wants aligned ones)
     row["cold_pool_slots"] = P_cold
     outs = {}
 
@@ -249,10 +253,19 @@ def decode_row(libs, dk, name, hk, hv, B):
                 calls[it[0]]()
             r["cold_ms"] = gpu_ms(fc)
             r["cold_TBps"] = tbps(r["cold_ms"])
+            if ARGS.graph_b2b and B <= ARGS.graph_b2b_max_b and (key.startswith("dk") or key == "fla_kernel"):
+                # Back-to-back: 20 calls (cold windows) captured in one CUDA graph, replay time / 20 (what a model
+                # step's graph sees: no launch gaps, no lone-kernel event overhead).
+                gr = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(gr):
+                    for i in range(20):
+                        calls[i % len(calls)]()
+                r["b2b_us"] = gpu_ms(gr.replay, warmup=3, reps=10) * 1e3 / 20
+                del gr
         except Exception as e:  # noqa: BLE001
             r["error"] = err_text(e)
 
-    if "fi_decode" in libs:
+    if "fi_decode" in libs and T == 1:
         fi = libs["fi_decode"]
         pool = pool_vk.clone()
         out = torch.empty(B, 1, hv, V, device=DEV, dtype=torch.bfloat16)
@@ -283,26 +296,54 @@ def decode_row(libs, dk, name, hk, hv, B):
             row["fla_kernel"] = {"error": err_text(e)}
     if dk is not None:
         pool = pool_vk.transpose(-1, -2).contiguous()  # [slot, Hv, K, V]
-        out = torch.empty(B, hv, V, device=DEV, dtype=torch.bfloat16)
+        out = torch.empty(B * T, hv, V, device=DEV, dtype=torch.bfloat16)
         ps = {}
+        pool_kc = None  # K-contiguous pool for the kc_* sweep configurations (created on first use)
 
-        def par(sl):
-            key = id(sl)
+        def par(sl, kc=False):
+            key = (id(sl), kc)
             if key not in ps:
-                ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool, out, hk, hv)
+                ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool_kc if kc else pool, out, hk, hv, T)
             return ps[key]
         try:
             dk.call(par(slots_warm))
             torch.cuda.synchronize()
-            outs["dk"] = (out.clone().view(B, 1, hv, V), pool[slots_warm.long()].transpose(-1, -2).clone())
+            outs["dk"] = (out.clone().view(B, T, hv, V), pool[slots_warm.long()].transpose(-1, -2).clone())
             pool.copy_(pool_vk.transpose(-1, -2))
             timed("dk", lambda sl: (lambda p=par(sl): dk.call(p)))
             if ARGS.sweep:
                 for ci, cn in enumerate(dk.cfgs):
-                    timed("dk:" + cn, lambda sl, ci=ci: (lambda p=par(sl): dk.call(p, ci)))
+                    if ARGS.sweep_only and not any(x in cn for x in ARGS.sweep_only.split(",")):
+                        continue
+                    kc = cn.startswith("kc_")
+                    if kc and pool_kc is None:
+                        pool_kc = pool_vk.clone()  # [slot, Hv, V, K]
+                    # correctness of the configuration vs the dispatch (same inputs, same initial states: the timing
+                    # calls before this one updated the pool in place, so restore it first)
+                    try:
+                        if kc:
+                            pool_kc.copy_(pool_vk)
+                        else:
+                            pool.copy_(pool_vk.transpose(-1, -2))
+                        out.fill_(float("nan"))
+                        dk.call(par(slots_warm, kc), ci)
+                        torch.cuda.synchronize()
+                        o_c = out.clone().view(B, T, hv, V)
+                        if kc:
+                            s_c = pool_kc[slots_warm.long()].clone()
+                            pool_kc.copy_(pool_vk)
+                        else:
+                            s_c = pool[slots_warm.long()].transpose(-1, -2).clone()
+                            pool.copy_(pool_vk.transpose(-1, -2))
+                        row["dk:" + cn] = {"relerr_o_vs_dk": rel(o_c, outs["dk"][0]),
+                                           "relerr_s_vs_dk": rel(s_c, outs["dk"][1])}
+                    except Exception as e:  # noqa: BLE001
+                        row["dk:" + cn] = {"error": err_text(e)}
+                        continue
+                    timed("dk:" + cn, lambda sl, ci=ci, kc=kc: (lambda p=par(sl, kc): dk.call(p, ci)))
         except Exception as e:  # noqa: BLE001
             row["dk"] = {"error": err_text(e)}
-        del pool
+        del pool, pool_kc
     ref = outs.get("fi") or outs.get("fla")
     for key in ("dk", "fla"):
         if key in outs and ref is not None and outs[key] is not ref:
@@ -694,8 +735,10 @@ class RmsNormGatedParams(ctypes.Structure):
 COPY_CEILING_TBPS = 4.25  # issue 15's copy ceiling (H200, torch device-to-device copy, read + write)
 # (name, conv_dim, H_v, hidden): per-rank GDR shapes of Qwen3.5-27B (TP1) and 9B; K = V = 128, conv width 4.
 STREAM_MODELS = (("27B", 10240, 48, 5120), ("9B", 8192, 32, 4096))
-CONV1D_PREFILL_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8x8", 3: "vec8x16", 4: "vec8x32", 5: "vec8x8_fma"}
-RMS_GATED_CFGS = {0: "dispatch", 1: "prefetch_z"}
+# csrc/conv1d/prefill.cu Cfg (vecCxT: C channels x T tokens per thread; _ref: the reference's multiply + add taps)
+CONV1D_PREFILL_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8x8", 3: "vec8x16", 4: "vec8x32", 5: "vec8x8_ref",
+                       6: "vec4x8", 7: "vec4x16", 8: "vec8x4", 9: "vec4x8_ref"}
+RMS_GATED_CFGS = {0: "dispatch", 1: "prefetch_z", 2: "generic", 3: "d128_u1", 4: "d128_u2", 5: "d128_u4", 6: "d128_u8"}
 CONV1D_UPDATE_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8"}
 
 
@@ -758,8 +801,9 @@ def streaming_rows(path):
                                     state.data_ptr(), out.data_ptr(), t, n, cd, W, state.shape[0], cd)
             nbytes = 2.0 * t * cd * 2 + cd * (W + 1) * 2 + 2.0 * n * cd * (W - 1) * 2
             ref = None
+            st0 = state.clone()  # every configuration starts from these states (timing calls update them)
             for cfg, cn in CONV1D_PREFILL_CFGS.items():
-                st0 = state.clone()
+                state.copy_(st0)
                 fn = lambda cfg=cfg: ok(lib.dk_tune_conv1d_prefill_cfg(ctypes.byref(p), cfg, stream()), "conv1d")  # noqa: E731
                 try:
                     out.fill_(float("nan"))
@@ -789,8 +833,9 @@ def streaming_rows(path):
                                out.data_ptr(), B, 1, cd, W, state.shape[0], cd)
         nbytes = B * cd * (2 + 2 + 2 * (W - 1) * 2) + cd * (W + 1) * 2
         ref = None
+        st0 = state.clone()  # every configuration starts from these states (timing calls update them)
         for cfg, cn in CONV1D_UPDATE_CFGS.items():
-            st0 = state.clone()
+            state.copy_(st0)
             fn = lambda cfg=cfg: ok(lib.dk_tune_conv1d_update_cfg(ctypes.byref(p), cfg, stream()), "conv1d.update")  # noqa: E731
             try:
                 fn()
@@ -855,6 +900,11 @@ def stream_table():
 
 
 # ------------------------------------------------------------------------------------------ table
+def nanmax(vals):
+    """max of vals, NaN if any is NaN (a NaN must never look like a pass)."""
+    return float("nan") if any(v != v for v in vals) else max(vals + [0.0])
+
+
 def table():
     notes = []
     lines = ["| case | deltakit | FlashInfer | FLA (kernel) | dk/FI | dk/FLA | relerr o / S (dk vs FI) |",
@@ -892,6 +942,10 @@ def table():
                                 if mode + "_ms" in x and mode + "_ms" in dk else "-")
                 er = f"{row.get('relerr_o_dk', float('nan')):.1e} / {row.get('relerr_s_dk', float('nan')):.1e}"
                 lines.append(f"| {row['case']} {mode} | {f(dk)} | {f(fi)} | {f(fl)} | {sp(fi)} | {sp(fl)} | {er} |")
+            if "b2b_us" in row.get("dk", {}):
+                lines.append(f"| {row['case']} graph b2b | {row['dk']['b2b_us']:.2f} us | "
+                             f"{row.get('fi', {}).get('b2b_us', float('nan')):.2f} us | "
+                             f"{row.get('fla_kernel', {}).get('b2b_us', float('nan')):.2f} us | | | |")
     out = "\n".join(lines)
     out += "\nprefill: GPU ms (nominal TFLOP/s); decode: f32 state TB/s (GPU us); ratios = anchor time / deltakit time"
     if notes:
@@ -904,7 +958,15 @@ def table():
             sweep.append(f"{row['case']}: dk {row['dk'].get('cold_ms', 0) * 1e3:.1f}/{row['dk'].get('warm_ms', 0) * 1e3:.1f} us"
                          f" cold/warm; best cold {best['cold']} {row[best['cold']].get('cold_ms', 0) * 1e3:.1f} us,"
                          f" best warm {best['warm']} {row[best['warm']].get('warm_ms', 0) * 1e3:.1f} us; all cold us: " +
-                         " ".join(f"{k_[3:]}={row[k_].get('cold_ms', 0) * 1e3:.1f}" for k_ in ks))
+                         " ".join(f"{k_[3:]}={row[k_].get('cold_ms', 0) * 1e3:.1f}" for k_ in ks) +
+                         "; all warm us: " + " ".join(f"{k_[3:]}={row[k_].get('warm_ms', 0) * 1e3:.1f}" for k_ in ks) +
+                         "; max relerr vs dispatch o/S: " +
+                         f"{nanmax([row[k_].get('relerr_o_vs_dk', float('nan')) for k_ in ks if 'error' not in row[k_]]):.1e}/"
+                         f"{nanmax([row[k_].get('relerr_s_vs_dk', float('nan')) for k_ in ks if 'error' not in row[k_]]):.1e}" +
+                         "".join(f"; {k_[3:]} ERROR {row[k_]['error'][:80]}" for k_ in ks if "error" in row[k_]) +
+                         "".join(f"; {k_[3:]} MISMATCH o {row[k_].get('relerr_o_vs_dk', float('nan')):.1e} S "
+                                 f"{row[k_].get('relerr_s_vs_dk', float('nan')):.1e}" for k_ in ks if "error" not in row[k_]
+                                 and not (row[k_].get("relerr_o_vs_dk", 1.0) <= 1e-3 and row[k_].get("relerr_s_vs_dk", 1.0) <= 1e-4)))
     if sweep:
         out += "\ndecode tile sweep (same harness):\n" + "\n".join(sweep)
     st = stream_table()
@@ -949,9 +1011,11 @@ def main():
     only = [s for s in ARGS.only.split(",") if s]
     jobs = []
     if not ARGS.skip_decode:
-        for tp, hk, hv in (("TP1", 16, 48), ("TP2", 8, 24)):
-            for b in (1, 16, 64, 256):
-                jobs.append(("decode", f"decode 27B-{tp} {hk}/{hv} B={b}", (hk, hv, b)))
+        for t_ in [int(x) for x in ARGS.decode_t.split(",") if x]:
+            for tp, hk, hv in (("TP1", 16, 48), ("TP2", 8, 24)):
+                for b in ((1, 16, 64, 256) if t_ == 1 else (16, 64)):
+                    tt = "" if t_ == 1 else f" T={t_}"
+                    jobs.append(("decode", f"decode 27B-{tp} {hk}/{hv} B={b}{tt}", (hk, hv, b, t_)))
     if not ARGS.skip_prefill:
         for key in [k_ for k_ in ARGS.prefill.split(",") if k_]:
             c = PREFILL[key]

@@ -21,10 +21,15 @@
 // normalised q, k in a per-warp smem buffer (double-buffered, __syncwarp), so no extra CTA barrier.
 // Gating is computed per thread (two scalars). Slots outside [0, num_slots) (incl. -1) are padding:
 // the CTA writes zero output and touches no state. State loads/stores use the evict-first (.cs)
-// cache policy. Configurations (see launch_kv): K = V = 128, T = 1 with 256..400 (row, head) pairs
-// (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM; else T = 1 with >= 512 64-column tiles:
-// BV = 64, NW = 2; else BV = 16, NW = 1. A persistent variant with a cp.async prefetch of the next
-// tile (tools/tune/gdr_decode_lib.cu, sweep only) measured 2-8% slower.
+// cache policy.
+// Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
+// registers; the default) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
+// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Dispatch (launch_kv /
+// launch_reg, K, V in {64, 128}): K = V = 128, T = 1 with 256..400 (row, head) pairs (one wave):
+// BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM; else T = 1 with >= 512 64-column tiles:
+// BV = 64, NW = 2; else BV = 16, NW = 1. DELTAKIT_GDR_DECODE forces a path (path_selected). A
+// persistent variant with a per-thread cp.async prefetch of the next tile (tools/tune/gdr_decode_lib.cu,
+// sweep only) measured 2-8% slower than the register kernel.
 // Small head dims (K in {16, 32} and / or V in {16, 32}; the tiny test models) always take the
 // BV = 16, NW = 1 configuration (launch_small): K = 32 gives EK = 1 q/k element per lane for the
 // norms and R = K/8 = 4 state rows per thread; K = 16 gives lanes 0..15 one element each (lanes
@@ -32,6 +37,10 @@
 // Gates at the edge of f32: g = -inf or NaN (exp(A_log) overflow, times a softplus that
 // underflowed to 0) and g <= -64 decay the state fully (factor 0).
 #include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "../common/launch.cuh"
 
@@ -322,6 +331,189 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
 }
 
 
+// ---- TMA-fed persistent variant ------------------------------------------------------------------
+// Persistent CTAs (as many as fit on the device, at most one per item) walk the (row, head, V tile)
+// items with stride gridDim.x. The state tile [K, BV] of an item travels global -> shared memory by
+// the bulk-copy (TMA) engine, NS items ahead: a ring of NS stages, each with an mbarrier whose
+// transaction count the copies complete (BV == V: one contiguous K*V*4-byte copy per item; BV < V: K
+// row copies of BV*4 bytes issued by the lanes of warp 0). Each thread moves its float4s of the
+// stage into registers (the same ownership as decode_kernel), the CTA synchronises once, the stage
+// is refilled with item + NS*gridDim.x, and the tokens run on the register tile (run_tokens); the
+// updated tile is stored straight from registers (st.global.cs). So every SM keeps up to NS-1
+// items' state reads in flight while it computes and writes another: the load / compute / store
+// phases of the one-shot kernel overlap inside each SM instead of only across CTAs.
+// Padding rows: the stage's barrier is completed by a plain arrive (no copy), the CTA writes zeros.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  } while (!done);
+}
+// Bulk copy global -> shared completing `bytes` on bar. EF: L2 evict-first policy on the read.
+template <bool EF>
+__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  if constexpr (EF) {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+        ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(pol) : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+  }
+}
+
+template <int K, int BV, int NW, int NS>
+constexpr size_t tma_smem_bytes() {
+  return static_cast<size_t>(NS) * K * BV * sizeof(float) + sizeof(Smem<K, BV, NW>);
+}
+
+template <int K, int V, int BV, int NW, int NS, bool L2, bool EF>
+__global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, int64_t num_items) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
+  constexpr uint32_t kStageFloats = K * BV;
+  extern __shared__ __align__(128) unsigned char dsm[];
+  float* ring = reinterpret_cast<float*>(dsm);
+  auto& sm = *reinterpret_cast<Smem<K, BV, NW>*>(dsm + static_cast<size_t>(NS) * kStageFloats * sizeof(float));
+  __shared__ __align__(8) uint64_t bar[NS];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+  const int64_t out_row = p.h_v * V;
+  const int64_t stride = gridDim.x;
+
+  // Issues the copies of item `item` into stage `st` (warp 0 only; lane 0 alone for BV == V).
+  auto issue = [&](int st, int64_t item, int32_t slot) {
+    if (item >= num_items) return;
+    if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
+      if (lane == 0) mbar_arrive(&bar[st]);
+      return;
+    }
+    const int vb = static_cast<int>(item % NVB);
+    const int64_t hv = (item / NVB) % p.h_v;
+    const float* src = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + vb * BV;
+    float* dst = ring + st * kStageFloats;
+    if constexpr (BV == V) {
+      if (lane == 0) {
+        mbar_arrive_expect_tx(&bar[st], kStageFloats * sizeof(float));
+        bulk_g2s<EF>(dst, src, kStageFloats * sizeof(float), &bar[st]);
+      }
+    } else {
+      if (lane == 0) mbar_arrive_expect_tx(&bar[st], kStageFloats * sizeof(float));
+      for (int r = lane; r < K; r += 32) {
+        bulk_g2s<EF>(dst + r * BV, src + static_cast<int64_t>(r) * V, BV * sizeof(float), &bar[st]);
+      }
+    }
+  };
+  auto slot_of = [&](int64_t item) -> int32_t {
+    return item < num_items ? __ldg(p.slots + item / (NVB * p.h_v)) : -1;
+  };
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) mbar_init(&bar[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int64_t item = blockIdx.x + s * stride;
+      issue(s, item, slot_of(item));
+    }
+  }
+
+  int it = 0;
+  for (int64_t item = blockIdx.x; item < num_items; item += stride, ++it) {
+    const int st = it % NS;
+    const uint32_t parity = static_cast<uint32_t>((it / NS) & 1);
+    const int vb = static_cast<int>(item % NVB);
+    const int64_t rest = item / NVB;
+    const int64_t hv = rest % p.h_v;
+    const int64_t n = rest / p.h_v;
+    const int col0 = vb * BV + cg * 4;
+    const int32_t slot = __ldg(p.slots + n);
+    const bool live = slot >= 0 && static_cast<int64_t>(slot) < p.num_slots;
+    const int64_t next = item + NS * stride;
+    const int32_t next_slot = warp == 0 ? slot_of(next) : -1;  // in flight during the wait
+    mbar_wait(&bar[st], parity);
+    float4 s[R];
+    if (live) {
+      const float* stage = ring + st * kStageFloats + cg * 4;
+#pragma unroll
+      for (int i = 0; i < R; ++i) s[i] = *reinterpret_cast<const float4*>(stage + (kt + i * KT) * BV);
+    }
+    __syncthreads();  // every thread has its part of the stage in registers
+    if (warp == 0) {
+      if (lane == 0) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncwarp();
+      issue(st, next, next_slot);
+    }
+    if (!live) {
+      if (kt == 0) {
+        for (int64_t t = 0; t < p.t; ++t) {
+          store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+        }
+      }
+      continue;
+    }
+    run_tokens<K, V, BV, NW, L2>(p, n, hv, col0, s, sm);
+    float* gst = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+#pragma unroll
+    for (int i = 0; i < R; ++i) store_state<0>(gst + static_cast<int64_t>(kt + i * KT) * V, s[i]);
+  }
+}
+
+// Launches the TMA-fed persistent kernel: grid = min(items, SMs x resident CTAs per SM).
+template <int K, int V, int BV, int NW, int NS, bool EF = false>
+dk_status launch_tma(const Args& a, bool l2, cudaStream_t stream) {
+  constexpr size_t smem = tma_smem_bytes<K, BV, NW, NS>();
+  static_assert(smem <= 227 * 1024, "shared memory");
+  const int64_t items = a.n * a.h_v * (V / BV);
+  if (items == 0) return DK_OK;
+  auto kern = l2 ? decode_tma_kernel<K, V, BV, NW, NS, true, EF> : decode_tma_kernel<K, V, BV, NW, NS, false, EF>;
+  // Resident CTAs of this instantiation per device (shared-memory attribute set, SMs x CTAs per SM),
+  // computed on the first call on each device; 0 = not yet known.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> caps[2][kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+  if (dev < 0 || dev >= kMaxDevices) return DK_ERR_UNSUPPORTED;
+  int64_t cap = caps[l2][dev].load(std::memory_order_relaxed);
+  if (cap == 0) {
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem) != cudaSuccess)
+      return dk::launch_status();
+    if (per_sm < 1) return DK_ERR_UNSUPPORTED;
+    cap = static_cast<int64_t>(sms) * per_sm;
+    caps[l2][dev].store(cap, std::memory_order_relaxed);
+  }
+  const int64_t grid = items < cap ? items : cap;
+  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(a, items);
+  return dk::launch_status();
+}
+
 // Launches one (K, V, BV, NW) configuration.
 template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1>
 dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
@@ -354,8 +546,31 @@ constexpr int64_t kWideTileMinTiles = 512;
 constexpr int64_t kWholeHeadMinHeads = 256;
 constexpr int64_t kWholeHeadMaxHeads = 400;
 
+// Decode path override, DELTAKIT_GDR_DECODE (read once per process; unset or any other value =
+// kAuto, the tuned dispatch of launch_kv): "reg" = the register-tile kernel only (the dispatch before
+// the TMA-fed kernel existed); "tma_bv64_nw4_s3", "tma_bv64_nw4_s2", "tma_bv128_nw8_s2",
+// "tma_bv32_nw2_s4" = the TMA-fed persistent kernel in that configuration for every call with K, V in
+// {64, 128} (any T, any batch; V = 64 takes BV = 64 where the named BV is 128; K = 64 or V = 64
+// always take tma_bv64_nw4_s3's tile). Small head dims are unaffected. For tests and measurements.
+enum class Path { kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4 };
+
+inline Path path_selected() {
+  static const Path path = [] {
+    const char* e = std::getenv("DELTAKIT_GDR_DECODE");
+    if (e == nullptr) return Path::kAuto;
+    if (std::strcmp(e, "reg") == 0) return Path::kReg;
+    if (std::strcmp(e, "tma_bv64_nw4_s3") == 0) return Path::kTma64S3;
+    if (std::strcmp(e, "tma_bv64_nw4_s2") == 0) return Path::kTma64S2;
+    if (std::strcmp(e, "tma_bv128_nw8_s2") == 0) return Path::kTma128S2;
+    if (std::strcmp(e, "tma_bv32_nw2_s4") == 0) return Path::kTma32S4;
+    return Path::kAuto;
+  }();
+  return path;
+}
+
+// The register-tile dispatch (see kWideTileMinTiles / kWholeHeadMinHeads).
 template <int K, int V>
-dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
+dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
   if constexpr (K == 128 && V == 128) {
     const int64_t heads = a.n * a.h_v;
     if (a.t == 1 && heads >= kWholeHeadMinHeads && heads <= kWholeHeadMaxHeads)
@@ -363,6 +578,23 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
   }
   if (a.t == 1 && a.n * a.h_v * (V / 64) >= kWideTileMinTiles) return launch_cfg<K, V, 64, 2>(a, l2, stream);
   return launch_cfg<K, V, 16, 1>(a, l2, stream);
+}
+
+// The default (kAuto) is the register-tile dispatch: the TMA-fed kernel passed every test but measured
+// 1.2-1.5x slower at every 27B shape (H200, 2026-12-01 session 4: TP1 B=64 163.9 us for 64/4/3, 129.8 for
+// 128/4/2 vs 107.2 for the register 64-column tile; ncu: DRAM 48%, 12.5% occupancy — each CTA's per-item
+// chain (stage wait, q/k/v/gate loads issued only then, gating math, reductions, barriers) is serial, so
+// 2 CTAs per SM cannot keep the bandwidth up however deep the ring).
+template <int K, int V>
+dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
+  const Path path = path_selected();
+  if (path == Path::kAuto || path == Path::kReg) return launch_reg<K, V>(a, l2, stream);
+  if constexpr (K == 128 && V == 128) {
+    if (path == Path::kTma64S2) return launch_tma<K, V, 64, 4, 2>(a, l2, stream);
+    if (path == Path::kTma128S2) return launch_tma<K, V, 128, 8, 2>(a, l2, stream);
+    if (path == Path::kTma32S4) return launch_tma<K, V, 32, 2, 4>(a, l2, stream);
+  }
+  return launch_tma<K, V, 64, 4, 3>(a, l2, stream);
 }
 
 // Small head dims (K in {16, 32} and / or V in {16, 32}): always the BV = 16, 1-warp configuration (the

@@ -2,6 +2,8 @@
 // the library's own dk_gdr_decode (the default dispatch, from csrc/gdr/decode.cu) plus
 // dk_tune_gdr_decode_cfg(params, cfg, stream), which launches one fixed tile configuration (K = V =
 // 128 only) so that configurations are compared in the same process and harness as FlashInfer / FLA.
+// Configurations named kc_* read and write the state K-contiguous, [slots, H_v, V, K] (not the library's
+// layout; the harness passes such a pool for them).
 // Not part of the library build (build.rs compiles csrc/ only). Build (any host with nvcc):
 //   nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
 //     -Icsrc/include -o libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
@@ -107,6 +109,137 @@ dk_status launch_stream(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+// ---- K-contiguous state layout (evidence for the layout question; harness only) -------------------
+// state f32 [num_slots, H_v, V, K] (K contiguous, FLA's state_v_first / FlashInfer's layout). One CTA per
+// (row, head, block of NW*RW value rows); each warp owns RW value rows and its lanes cover K (4 consecutive
+// k per lane, one float4 per row: a warp reads RW rows of 512 contiguous bytes). No cross-warp traffic:
+// S k and S q for the warp's RW rows are 2*RW dot products, reduced across the 32 lanes with a butterfly
+// reduce-scatter (lane l ends holding dot number l >> SH, 2*RW - 1 + ... shuffles instead of 10*RW),
+// delta per row computed by its lane, broadcast back with RW shuffles for the rank-1 update.
+template <int K, int V, int RW, int NW, bool L2>
+__global__ void __launch_bounds__(NW * 32) decode_kc_kernel(const Args p) {
+  static_assert(K == 128, "32 lanes x 4 = K");
+  constexpr int BV = RW * NW;
+  constexpr int NVB = V / BV;
+  constexpr int NV = 2 * RW;
+  static_assert(NV <= 32 && (NV & (NV - 1)) == 0 && V % BV == 0, "RW");
+  constexpr int SH = NV == 32 ? 0 : NV == 16 ? 1 : NV == 8 ? 2 : NV == 4 ? 3 : 4;  // log2(32 / NV)
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t bid = blockIdx.x;
+  const int vb = static_cast<int>(bid % NVB);
+  const int64_t rest = bid / NVB;
+  const int64_t hv = rest % p.h_v;
+  const int64_t n = rest / p.h_v;
+  const int v0 = vb * BV + warp * RW;
+  const int64_t out_row = p.h_v * V;
+  const int idx = lane >> SH;           // the dot product this lane ends with
+  const int r = idx % RW;               // its value row (relative to v0)
+  const bool is_q = idx >= RW;
+  const bool writer = !is_q && (lane & ((1 << SH) - 1)) == 0;
+  const int32_t slot = p.slots[n];
+  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
+    if (writer) {
+      for (int64_t t = 0; t < p.t; ++t) p.out[(n * p.t + t) * out_row + hv * V + v0 + r] = __float2bfloat16_rn(0.f);
+    }
+    return;
+  }
+  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) +
+              static_cast<int64_t>(v0) * K + lane * 4;
+  float4 s[RW];
+#pragma unroll
+  for (int i = 0; i < RW; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(st + i * K));
+  const int64_t kh = hv / (p.h_v / p.h_k);
+  const float a_log = p.a_log[hv];
+  const float dt_bias = p.dt_bias[hv];
+  const float neg_a = -expf(a_log);
+  for (int64_t t = 0; t < p.t; ++t) {
+    const int64_t tok = n * p.t + t;
+    const float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
+    const float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+    const float g = neg_a * softplus_f(av + dt_bias);
+    const float decay = g > -64.f ? expf(g) : 0.f;
+    const float beta = sigmoid_f(bv);
+    float qf[4], kf[4];
+    load_bf16<4>(p.q + tok * p.q_stride + kh * K + lane * 4, qf);
+    load_bf16<4>(p.k + tok * p.k_stride + kh * K + lane * 4, kf);
+    const float vv = __bfloat162float(p.v[tok * p.v_stride + hv * V + v0 + r]);
+    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      ssq = fmaf(qf[e], qf[e], ssq);
+      ssk = fmaf(kf[e], kf[e], ssk);
+      sqk = fmaf(qf[e], kf[e], sqk);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+      sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
+    }
+    float iq = p.scale, ik = 1.f;
+    if constexpr (L2) {
+      iq = p.scale / sqrtf(ssq + 1e-6f);
+      ik = 1.f / sqrtf(ssk + 1e-6f);
+    }
+    const float qk = sqk * iq * ik;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      qf[e] *= iq;
+      kf[e] *= ik;
+    }
+    float vals[NV];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      vals[i] = fmaf(s[i].w, kf[3], fmaf(s[i].z, kf[2], fmaf(s[i].y, kf[1], s[i].x * kf[0])));
+      vals[RW + i] = fmaf(s[i].w, qf[3], fmaf(s[i].z, qf[2], fmaf(s[i].y, qf[1], s[i].x * qf[0])));
+    }
+    // Reduce-scatter over offsets 16 .. 32/NV, then plain sums over the offsets below.
+#pragma unroll
+    for (int lvl = 0; lvl < 5 - SH; ++lvl) {
+      const int off = 16 >> lvl;
+      const int half = NV >> (lvl + 1);
+      const bool up = (lane & off) != 0;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float send = up ? vals[i] : vals[i + half];
+        const float keep = up ? vals[i + half] : vals[i];
+        vals[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+      }
+    }
+#pragma unroll
+    for (int off = (1 << SH) / 2; off >= 1; off >>= 1) vals[0] += __shfl_xor_sync(0xffffffffu, vals[0], off);
+    const float other = __shfl_xor_sync(0xffffffffu, vals[0], RW << SH);
+    const float sk = is_q ? other : vals[0];
+    const float sq = is_q ? vals[0] : other;
+    const float d = beta * (vv - decay * sk);
+    const float o = fmaf(decay, sq, qk * d);
+    if (writer) p.out[tok * out_row + hv * V + v0 + r] = __float2bfloat16_rn(o);
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      const float di = __shfl_sync(0xffffffffu, d, i << SH);
+      s[i].x = fmaf(decay, s[i].x, kf[0] * di);
+      s[i].y = fmaf(decay, s[i].y, kf[1] * di);
+      s[i].z = fmaf(decay, s[i].z, kf[2] * di);
+      s[i].w = fmaf(decay, s[i].w, kf[3] * di);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RW; ++i) __stcs(reinterpret_cast<float4*>(st + i * K), s[i]);
+}
+
+template <int K, int V, int RW, int NW>
+dk_status launch_kc(const Args& a, bool l2, cudaStream_t stream) {
+  const int64_t blocks = a.n * a.h_v * (V / (RW * NW));
+  if (blocks == 0) return DK_OK;
+  if (l2) {
+    decode_kc_kernel<K, V, RW, NW, true><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  } else {
+    decode_kc_kernel<K, V, RW, NW, false><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  }
+  return dk::launch_status();
+}
+
 }  // namespace gdr_decode_impl
 
 namespace {
@@ -141,6 +274,24 @@ const Cfg kCfgs[] = {
     {"stream_bv32_nw4", launch_stream<128, 128, 32, 4>},
     {"stream_bv64_nw2", launch_stream<128, 128, 64, 2>},
     {"stream_bv64_nw4", launch_stream<128, 128, 64, 4>},
+    // TMA-fed persistent kernel (csrc/gdr/decode.cu decode_tma_kernel): tma_bv<BV>_nw<NW>_s<NS stages>[_ef].
+    {"tma_bv64_nw4_s3", launch_tma<128, 128, 64, 4, 3>},
+    {"tma_bv64_nw4_s2", launch_tma<128, 128, 64, 4, 2>},
+    {"tma_bv64_nw2_s3", launch_tma<128, 128, 64, 2, 3>},
+    {"tma_bv64_nw4_s3_ef", launch_tma<128, 128, 64, 4, 3, true>},
+    {"tma_bv128_nw8_s2", launch_tma<128, 128, 128, 8, 2>},
+    {"tma_bv128_nw4_s2", launch_tma<128, 128, 128, 4, 2>},
+    {"tma_bv32_nw2_s4", launch_tma<128, 128, 32, 2, 4>},
+    {"tma_bv32_nw2_s6", launch_tma<128, 128, 32, 2, 6>},
+    {"tma_bv32_nw1_s4", launch_tma<128, 128, 32, 1, 4>},
+    {"tma_bv16_nw1_s4", launch_tma<128, 128, 16, 1, 4>},
+    // K-contiguous state [slots, H_v, V, K] (names kc_*: the harness passes a V-major pool): kc_rw<RW>_nw<NW>.
+    {"kc_rw8_nw1", launch_kc<128, 128, 8, 1>},
+    {"kc_rw8_nw2", launch_kc<128, 128, 8, 2>},
+    {"kc_rw8_nw4", launch_kc<128, 128, 8, 4>},
+    {"kc_rw16_nw2", launch_kc<128, 128, 16, 2>},
+    {"kc_rw16_nw4", launch_kc<128, 128, 16, 4>},
+    {"kc_rw4_nw4", launch_kc<128, 128, 4, 4>},
 };
 const int kNumCfgs = sizeof(kCfgs) / sizeof(kCfgs[0]);
 }  // namespace

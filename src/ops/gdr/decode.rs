@@ -48,6 +48,14 @@ pub struct DecodeStrides {
 /// `K, V` in {64, 128}, the smaller dims (tiny test models) one simple 16-column tile.
 /// `q`, `k`, `v`, `state`, `out` 16-byte aligned.
 ///
+/// Kernels (`csrc/gdr/decode.cu`): by default a one-shot register-tile kernel (tile by batch size).
+/// `DELTAKIT_GDR_DECODE` (read once per process; for tests and measurements) selects instead
+/// `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` / `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel
+/// whose CTAs stream the state tiles into shared memory with bulk copies (TMA) two or three items
+/// ahead, in that tile / warps / stages configuration, for `K, V` in {64, 128} (passes the same tests;
+/// 1.2-1.5x slower on an H200); `reg` or unset or any other value: the default. The paths differ only
+/// in the summation order of the `K`-reductions (f32 rounding).
+///
 /// Slots: `-1` = padding row (zero output, no state read or written). The kernel treats any
 /// device slot outside `0..num_slots` the same way, so it never touches memory outside the pool
 /// even for bad slot values. Pass `slots_host` (a host copy of `slots`, which the engine has when
