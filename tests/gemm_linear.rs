@@ -42,13 +42,25 @@ fn linear_matches_reference() {
             let dx = stream.clone_htod(&x).unwrap();
             let dw = stream.clone_htod(&w).unwrap();
             let init = if accumulate { c0.clone() } else { vec![bf16::NAN; m * n] };
-            let mut dout = stream.clone_htod(&init).unwrap();
-            gemm.linear(&dx, &dw, &mut dout, m, n, k, accumulate).unwrap();
-            let got: Vec<f32> =
-                stream.clone_dtoh(&dout).unwrap().iter().map(|v| v.to_f32()).collect();
-            let err = rel_err(&got, &expect);
-            assert!(err <= 1e-2, "M={m} N={n} K={k} acc={accumulate} seed={seed}: rel err {err}");
-            eprintln!("gemm M={m} N={n} K={k} acc={accumulate}: rel err {err:.2e}");
+            // The tuned choice, then the legacy cuBLAS candidate forced (the tuner may pick it).
+            for legacy in [false, true] {
+                let mut dout = stream.clone_htod(&init).unwrap();
+                if legacy {
+                    gemm.linear_legacy(&dx, &dw, &mut dout, m, n, k, accumulate).unwrap();
+                } else {
+                    gemm.linear(&dx, &dw, &mut dout, m, n, k, accumulate).unwrap();
+                }
+                let got: Vec<f32> =
+                    stream.clone_dtoh(&dout).unwrap().iter().map(|v| v.to_f32()).collect();
+                let err = rel_err(&got, &expect);
+                assert!(
+                    err <= 1e-2,
+                    "M={m} N={n} K={k} acc={accumulate} legacy={legacy} seed={seed}: rel err {err}"
+                );
+                eprintln!(
+                    "gemm M={m} N={n} K={k} acc={accumulate} legacy={legacy}: rel err {err:.2e}"
+                );
+            }
         }
     }
     // One plan per (shape, accumulate, alignment); a repeat call reuses it.

@@ -19,6 +19,9 @@
 #             2026-12-01), 9B b1 / b16 and 27B b1, graphs
 #   tunelog   the skinny-GEMM tuning log (DELTAKIT_GEMM_TUNE_LOG=1) of a 9B b1 run: best candidate per
 #             M = 1 shape
+#   tunemodes skinny-GEMM tuning modes A/B (DELTAKIT_GEMM_TUNE=single, the default, vs stream):
+#             9B / 27B b1 / b16 / b64 with graphs, the tuner's choice per shape logged
+#             (DELTAKIT_GEMM_TUNE_LOG=1) into tunemodes.log / tunemodes.best
 #   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
 #             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
 #             summarised per kernel family by tools/ncu_step_table.py
@@ -118,6 +121,23 @@ tunelog() {
        END {for (k in best) print "  best of " n[k] ": " line[k]}' "$f" | sort >>"$out/tunelog.best"
 }
 
+tunemodes() {
+  local f="$out/tunemodes.log"
+  : >"$f"
+  for r in "9b 1" "9b 16" "9b 64" "27b 1" "27b 16" "27b 64"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    for mode in single stream; do
+      echo "=== $r $mode" >>"$f"
+      DELTAKIT_GEMM_TUNE=$mode DELTAKIT_GEMM_TUNE_LOG=1 timeout 150 "$B/run" --cli bench --device cuda:0 \
+        --config "tests/configs/qwen3.5-$1" --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 >>"$f" 2>&1
+      summary+=("tunemodes $r $mode: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
+    done
+  done
+  # The chosen algorithm per (run, shape): "=== run" headers and "gemm tuned" lines only.
+  grep -E '^===|^gemm tuned' "$f" >"$out/tunemodes.best"
+}
+
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -137,6 +157,7 @@ for s in "${steps[@]}"; do
     ab) ab ;;
     ncugraph) ncugraph ;;
     tunelog) tunelog ;;
+    tunemodes) tunemodes ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
@@ -145,4 +166,5 @@ echo "==== engine device run ($(( $(date +%s) - t_start ))s; logs in $out)"
 printf '%s\n' "${summary[@]}"
 [ -f "$out/breakdown.log" ] && grep -E "^===|^breakdown|^  " "$out/breakdown.log"
 [ -f "$out/tunelog.best" ] && cat "$out/tunelog.best"
+[ -f "$out/tunemodes.best" ] && grep -E '^===|M=1 ' "$out/tunemodes.best" | head -n 60
 [ -f "$out/ncugraph.log" ] && grep -A60 "^ncu step table" "$out/ncugraph.log"

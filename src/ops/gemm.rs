@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
+use cudarc::cublas::result as legacy;
+use cudarc::cublas::sys as legacy_sys;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -34,15 +36,25 @@ struct PlanKey {
     align: u32,
 }
 
+/// One way to run a plan's GEMM: a cuBLASLt algorithm, or the legacy cuBLAS `cublasGemmEx` with
+/// its default algorithm (cuBLAS's own dispatch, which has skinny-shape kernels of its own). The
+/// legacy form is only ever a tuning candidate, kept where it is timed faster.
+#[derive(Clone, Copy)]
+enum Algo {
+    Lt(sys::cublasLtMatmulAlgo_t),
+    Legacy,
+}
+
 /// Descriptors and the chosen algorithm for one shape; destroyed with the handle.
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
     a: sys::cublasLtMatrixLayout_t,
     b: sys::cublasLtMatrixLayout_t,
     c: sys::cublasLtMatrixLayout_t,
-    algo: sys::cublasLtMatmulAlgo_t,
-    /// Further heuristic candidates (best first), timed on first use for skinny shapes.
-    candidates: Vec<sys::cublasLtMatmulAlgo_t>,
+    algo: Algo,
+    /// Further candidates (the heuristic's, best first, then split-K variants and the legacy
+    /// form), timed on first use for skinny shapes.
+    candidates: Vec<Algo>,
     /// The plan's `(M, N, K)` (for the tuning log).
     m: usize,
     n: usize,
@@ -87,7 +99,19 @@ fn tune_log() -> bool {
     *S.get_or_init(|| std::env::var("DELTAKIT_GEMM_TUNE_LOG").is_ok_and(|v| v == "1"))
 }
 
-/// `(algorithm id, tile id, split-K count)` of an algorithm, for the tuning log.
+/// A candidate's description for the tuning log: cuBLASLt's `(algorithm id, tile id, split-K
+/// count)`, or the legacy form.
+fn algo_name(algo: &Algo) -> String {
+    match algo {
+        Algo::Lt(a) => {
+            let [id, tile, split] = algo_config(a);
+            format!("algo {id} tile {tile} split-k {split}")
+        }
+        Algo::Legacy => "legacy cublasGemmEx".to_string(),
+    }
+}
+
+/// `(algorithm id, tile id, split-K count)` of a cuBLASLt algorithm.
 fn algo_config(algo: &sys::cublasLtMatmulAlgo_t) -> [i32; 3] {
     use sys::cublasLtMatmulAlgoConfigAttributes_t as A;
     [
@@ -112,19 +136,53 @@ fn algo_config(algo: &sys::cublasLtMatmulAlgo_t) -> [i32; 3] {
     })
 }
 
-/// Tuning settings read once from the environment: `(candidates, cold)`.
-/// `DELTAKIT_GEMM_TUNE=hot` times back-to-back launches of the real weights (the behaviour before
-/// 2026-12-01, kept for A/B measurements); anything else (or unset) rotates over weight copies.
-fn tune_settings() -> (usize, bool) {
-    static S: std::sync::OnceLock<(usize, bool)> = std::sync::OnceLock::new();
+/// How the tuner times a candidate (`DELTAKIT_GEMM_TUNE`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TuneMode {
+    /// Default: each launch timed alone between its own pair of CUDA events, over the rotation of
+    /// weight copies; the median launch wins. Events between launches keep one GEMM from
+    /// overlapping the next (cuBLAS kernels may launch their successors early), as in a decode
+    /// step, where each GEMM follows a norm or an elementwise kernel.
+    Single,
+    /// `stream`: back-to-back launches over the rotation, one event pair around all of them
+    /// (mean). Kept for A/B measurements (the default before 2026-12-01, session 4).
+    Stream,
+    /// `hot`: back-to-back launches of the real weights (L2-resident for weights under 50 MB;
+    /// the behaviour before the rotation existed), mean.
+    Hot,
+}
+
+/// Tuning settings read once from the environment: `(candidates, mode, legacy)`.
+/// `DELTAKIT_GEMM_TUNE=single|stream|hot` picks the [`TuneMode`] (default single);
+/// `DELTAKIT_GEMM_LEGACY=0` leaves the legacy `cublasGemmEx` candidate out.
+fn tune_settings() -> (usize, TuneMode, bool) {
+    static S: std::sync::OnceLock<(usize, TuneMode, bool)> = std::sync::OnceLock::new();
     *S.get_or_init(|| {
         let n = std::env::var("DELTAKIT_GEMM_TUNE_CANDIDATES")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .map_or(TUNE_CANDIDATES, |n| n.clamp(1, 64));
-        let cold = std::env::var("DELTAKIT_GEMM_TUNE").map_or(true, |v| v != "hot");
-        (n, cold)
+        let mode = match std::env::var("DELTAKIT_GEMM_TUNE").as_deref() {
+            Ok("hot") => TuneMode::Hot,
+            Ok("stream") => TuneMode::Stream,
+            _ => TuneMode::Single,
+        };
+        let legacy = std::env::var("DELTAKIT_GEMM_LEGACY").map_or(true, |v| v != "0");
+        (n, mode, legacy)
     })
+}
+
+/// A legacy cuBLAS handle on the [`Gemm`]'s stream, sharing its workspace (both enqueue on the
+/// same stream, so their uses of it are ordered).
+struct LegacyHandle(legacy_sys::cublasHandle_t);
+
+impl Drop for LegacyHandle {
+    fn drop(&mut self) {
+        // SAFETY: created in `Gemm::legacy_handle`, destroyed once.
+        unsafe {
+            let _ = legacy::destroy_handle(self.0);
+        }
+    }
 }
 
 impl Drop for Plan {
@@ -147,6 +205,10 @@ impl Drop for Plan {
 pub struct Gemm {
     handle: sys::cublasLtHandle_t,
     stream: Arc<CudaStream>,
+    /// Created on the first tuning that wants the legacy candidate; `None` inside if cuBLAS
+    /// could not be loaded (the candidate is then skipped). Declared before the workspace so
+    /// that it is destroyed first.
+    legacy: std::sync::OnceLock<Option<LegacyHandle>>,
     workspace: CudaSlice<u8>,
     plans: Mutex<HashMap<PlanKey, Plan>>,
 }
@@ -204,7 +266,13 @@ impl Gemm {
                 return Err(e.into());
             }
         };
-        Ok(Self { handle, stream, workspace, plans: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            handle,
+            stream,
+            legacy: std::sync::OnceLock::new(),
+            workspace,
+            plans: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The stream this handle enqueues on.
@@ -309,13 +377,37 @@ impl Gemm {
             op: OP,
             what: format!("no cuBLASLt algorithm for M={m} N={n} K={k} align={align}: {e:?}"),
         })?;
-        plan.algo = heur[0].algo;
-        plan.candidates = heur.iter().map(|h| h.algo).collect();
+        plan.algo = Algo::Lt(heur[0].algo);
+        plan.candidates = heur.iter().map(|h| Algo::Lt(h.algo)).collect();
         if plan.candidates.len() > 1 {
             let extra = self.split_k_variants(&plan, &heur);
             plan.candidates.extend(extra);
+            if tune_settings().2 && !key.accumulate {
+                plan.candidates.push(Algo::Legacy);
+            }
         }
         Ok(plan)
+    }
+
+    /// The legacy cuBLAS handle on this stream with the shared workspace, created on first use;
+    /// `None` if cuBLAS cannot be loaded or configured.
+    fn legacy_handle(&self) -> Option<legacy_sys::cublasHandle_t> {
+        self.legacy
+            .get_or_init(|| {
+                let h = legacy::create_handle().ok()?;
+                let handle = LegacyHandle(h);
+                let (wsp, _g) = self.workspace.device_ptr(&self.stream);
+                // SAFETY: valid handle; the stream and the workspace outlive it (fields of
+                // `self`, dropped after it); the workspace is only used on this stream.
+                let ok = unsafe {
+                    legacy::set_stream(h, self.stream.cu_stream().cast()).is_ok()
+                        && legacy_sys::cublasSetWorkspace_v2(h, wsp as *mut c_void, WORKSPACE_BYTES)
+                            == legacy_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                };
+                ok.then_some(handle)
+            })
+            .as_ref()
+            .map(|h| h.0)
     }
 
     /// Split-K variants of the heuristic's first [`SPLIT_K_BASES`] candidates: the same algorithm
@@ -328,7 +420,7 @@ impl Gemm {
         &self,
         plan: &Plan,
         heur: &[sys::cublasLtMatmulHeuristicResult_t],
-    ) -> Vec<sys::cublasLtMatmulAlgo_t> {
+    ) -> Vec<Algo> {
         let mut out = Vec::new();
         for h in heur.iter().take(SPLIT_K_BASES) {
             for &split in SPLIT_K_VALUES {
@@ -357,7 +449,7 @@ impl Gemm {
                         && res.workspaceSize <= WORKSPACE_BYTES
                 };
                 if ok {
-                    out.push(algo);
+                    out.push(Algo::Lt(algo));
                 }
             }
         }
@@ -365,10 +457,10 @@ impl Gemm {
     }
 
     /// Time `plan`'s candidates on the call's operands (`out` is overwritten; `accumulate` plans
-    /// have a single candidate) and keep the fastest: one warm-up pass, then [`TUNE_REPS`] timed
-    /// passes (CUDA events) over a rotation of weight copies spanning [`TUNE_ROTATE_BYTES`] (see
-    /// there; the copies live only while tuning, and without memory for them the real weights
-    /// are timed back to back). Never while the stream is being captured into a graph.
+    /// have a single candidate) and keep the fastest (see [`TuneMode`]): one warm-up pass, then
+    /// [`TUNE_REPS`] timed passes over a rotation of weight copies spanning [`TUNE_ROTATE_BYTES`]
+    /// (see there; the copies live only while tuning, and without memory for them the real
+    /// weights are timed back to back). Never while the stream is being captured into a graph.
     #[allow(clippy::too_many_arguments)]
     fn tune(&self, plan: &mut Plan, xp: u64, wp: u64, op: u64, wsp: u64) -> Result<()> {
         if plan.candidates.len() < 2 {
@@ -380,10 +472,13 @@ impl Gemm {
         {
             return Ok(());
         }
-        let cold = tune_settings().1;
+        let mode = tune_settings().1;
         let w_bytes = plan.n * plan.k * std::mem::size_of::<bf16>();
-        let copies =
-            if cold { TUNE_ROTATE_BYTES.div_ceil(w_bytes).clamp(1, TUNE_MAX_COPIES) } else { 1 };
+        let copies = if mode == TuneMode::Hot {
+            1
+        } else {
+            TUNE_ROTATE_BYTES.div_ceil(w_bytes).clamp(1, TUNE_MAX_COPIES)
+        };
         // Freed when tuning ends. An allocation failure only shortens the rotation.
         let scratch =
             if copies > 1 { stream.alloc_zeros::<u8>((copies - 1) * w_bytes).ok() } else { None };
@@ -400,50 +495,77 @@ impl Gemm {
                 wptrs.push(dst);
             }
         }
-        let reps = if cold { TUNE_REPS } else { 5 };
+        let reps = if mode == TuneMode::Hot { 5 } else { TUNE_REPS };
         let ctx = stream.context();
         let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        // One event pair per timed launch (single mode), reused across candidates.
+        let launches = reps * wptrs.len();
+        let mut events = Vec::with_capacity(if mode == TuneMode::Single { launches } else { 1 });
+        for _ in 0..events.capacity() {
+            events.push((ctx.new_event(flags)?, ctx.new_event(flags)?));
+        }
         let mut best = (f32::INFINITY, plan.algo);
         for algo in plan.candidates.clone() {
-            let pass = |n: usize| -> Result<()> {
-                for _ in 0..n {
-                    for &w in &wptrs {
-                        // SAFETY: as in `linear` (same operands and layouts; `w` is the weight
-                        // or a copy of it), with another algorithm cuBLASLt itself proposed.
-                        unsafe { self.matmul(plan, &algo, xp, w, op, wsp, 0.0) }?;
-                    }
-                }
-                Ok(())
+            let launch = |w: u64| -> Result<()> {
+                // SAFETY: as in `linear` (same operands and layouts; `w` is the weight or a copy
+                // of it), with another algorithm cuBLAS itself proposed.
+                unsafe { self.matmul(plan, &algo, xp, w, op, wsp, 0.0) }
             };
-            if pass(1).is_err() {
-                continue; // a candidate that fails to launch is skipped
+            // Warm-up pass; a candidate that fails to launch is skipped.
+            if wptrs.iter().try_for_each(|&w| launch(w)).is_err() {
+                continue;
             }
-            let (a, b) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
-            a.record(stream)?;
-            pass(reps)?;
-            b.record(stream)?;
-            let ms = a.elapsed_ms(&b)? / (reps * wptrs.len()) as f32;
+            let us = if mode == TuneMode::Single {
+                for (i, (a, b)) in events.iter().enumerate() {
+                    a.record(stream)?;
+                    launch(wptrs[i % wptrs.len()])?;
+                    b.record(stream)?;
+                }
+                let mut t = events
+                    .iter()
+                    .map(|(a, b)| a.elapsed_ms(b).map(|ms| ms * 1e3))
+                    .collect::<std::result::Result<Vec<f32>, _>>()?;
+                t.sort_by(f32::total_cmp);
+                t[t.len() / 2]
+            } else {
+                let (a, b) = &events[0];
+                a.record(stream)?;
+                for i in 0..launches {
+                    launch(wptrs[i % wptrs.len()])?;
+                }
+                b.record(stream)?;
+                a.elapsed_ms(b)? * 1e3 / launches as f32
+            };
             if tune_log() {
-                let [id, tile, split] = algo_config(&algo);
                 eprintln!(
-                    "gemm tune M={} N={} K={}: algo {id} tile {tile} split-k {split}: {:.1} us",
+                    "gemm tune M={} N={} K={} ({mode:?}): {}: {us:.1} us",
                     plan.m,
                     plan.n,
                     plan.k,
-                    ms * 1e3
+                    algo_name(&algo)
                 );
             }
-            if ms < best.0 {
-                best = (ms, algo);
+            if us < best.0 {
+                best = (us, algo);
             }
         }
         drop(scratch);
+        if tune_log() {
+            eprintln!(
+                "gemm tuned M={} N={} K={} ({mode:?}): {} at {:.1} us",
+                plan.m,
+                plan.n,
+                plan.k,
+                algo_name(&best.1),
+                best.0
+            );
+        }
         plan.algo = best.1;
         plan.candidates.clear();
         Ok(())
     }
 
-    /// One `cublasLtMatmul` of `plan`'s shape with `algo`: `out = x w^T + beta * out`.
+    /// One GEMM of `plan`'s shape with `algo`: `out = x w^T + beta * out`.
     ///
     /// # Safety
     /// `xp`, `wp`, `op` point to live buffers of the plan's extents in this handle's context,
@@ -452,7 +574,7 @@ impl Gemm {
     unsafe fn matmul(
         &self,
         plan: &Plan,
-        algo: &sys::cublasLtMatmulAlgo_t,
+        algo: &Algo,
         xp: u64,
         wp: u64,
         op: u64,
@@ -460,6 +582,44 @@ impl Gemm {
         beta: f32,
     ) -> Result<()> {
         let alpha = 1.0f32;
+        let lt_algo = match algo {
+            Algo::Lt(a) => a,
+            Algo::Legacy => {
+                let h = self.legacy_handle().ok_or_else(|| Error::Unsupported {
+                    op: OP,
+                    what: "cuBLAS (legacy) could not be loaded".into(),
+                })?;
+                let dim = |v: usize| v as i32; // checked <= i32::MAX in `linear`
+                let ty = legacy_sys::cudaDataType::CUDA_R_16BF;
+                // Column-major view as in `make_plan`: out^T[N, M] = w^T (N x K, w stored K x N
+                // column-major, transposed) * x^T (K x M).
+                // SAFETY: forwarded to the caller; the legacy handle enqueues on this stream.
+                return unsafe {
+                    legacy::gemm_ex(
+                        h,
+                        legacy_sys::cublasOperation_t::CUBLAS_OP_T,
+                        legacy_sys::cublasOperation_t::CUBLAS_OP_N,
+                        dim(plan.n),
+                        dim(plan.m),
+                        dim(plan.k),
+                        (&raw const alpha).cast(),
+                        wp as *const c_void,
+                        ty,
+                        dim(plan.k),
+                        xp as *const c_void,
+                        ty,
+                        dim(plan.k),
+                        (&raw const beta).cast(),
+                        op as *mut c_void,
+                        ty,
+                        dim(plan.n),
+                        legacy_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        legacy_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+                    )
+                }
+                .map_err(|e| Error::Unsupported { op: OP, what: format!("cublasGemmEx: {e:?}") });
+            }
+        };
         // SAFETY: forwarded to the caller; C and D alias `out` (allowed, same layout).
         unsafe {
             lt::matmul(
@@ -475,7 +635,7 @@ impl Gemm {
                 plan.c,
                 op as *mut c_void,
                 plan.c,
-                algo,
+                lt_algo,
                 wsp as *mut c_void,
                 WORKSPACE_BYTES,
                 self.stream.cu_stream().cast(),
@@ -502,6 +662,39 @@ impl Gemm {
         n: usize,
         k: usize,
         accumulate: bool,
+    ) -> Result<()> {
+        self.linear_impl(x, w, out, m, n, k, accumulate, false)
+    }
+
+    /// [`Gemm::linear`] forced through the legacy `cublasGemmEx` candidate (no tuning), so
+    /// that tests cover that path whatever the tuner picks. Same contract and errors, plus
+    /// [`Error::Unsupported`] if cuBLAS cannot be loaded.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_legacy(
+        &self,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<bf16>,
+        out: &mut impl DevicePtrMut<bf16>,
+        m: usize,
+        n: usize,
+        k: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        self.linear_impl(x, w, out, m, n, k, accumulate, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn linear_impl(
+        &self,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<bf16>,
+        out: &mut impl DevicePtrMut<bf16>,
+        m: usize,
+        n: usize,
+        k: usize,
+        accumulate: bool,
+        force_legacy: bool,
     ) -> Result<()> {
         for (arg, v) in [("m", m), ("n", n), ("k", k)] {
             if v == 0 || v > i32::MAX as usize {
@@ -536,11 +729,17 @@ impl Gemm {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let plan = e.insert(self.make_plan(key)?);
-                self.tune(plan, xp, wp, op, wsp)?;
+                if !force_legacy {
+                    self.tune(plan, xp, wp, op, wsp)?;
+                }
                 plan
             }
         };
         let beta = if accumulate { 1.0f32 } else { 0.0 };
+        if force_legacy {
+            // SAFETY: as below.
+            return unsafe { self.matmul(plan, &Algo::Legacy, xp, wp, op, wsp, beta) };
+        }
         // SAFETY: live device buffers of the checked lengths in this handle's context; the plan's
         // layouts describe exactly those extents.
         unsafe { self.matmul(plan, &plan.algo, xp, wp, op, wsp, beta) }
