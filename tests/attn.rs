@@ -374,10 +374,18 @@ fn check_prefill_case(
     // Every hd-256 tile variant of the sm90 kernel (at hd 64 / 128 they run the one config).
     let mut kernels = vec![PrefillKernel::Auto, PrefillKernel::Sm90PingPong, PrefillKernel::Triton];
     if hd == 256 {
-        kernels.extend((0..=8).map(PrefillKernel::Sm90Variant));
-        // Variant 9 (TMA loads) has not run on a GPU yet: DELTAKIT_TEST_PREFILL_TMA=1 adds it.
-        if std::env::var("DELTAKIT_TEST_PREFILL_TMA").is_ok_and(|v| v == "1") {
-            kernels.push(PrefillKernel::Sm90Variant(9));
+        kernels.extend((0..=22).map(PrefillKernel::Sm90Variant));
+    }
+    // DELTAKIT_TEST_PREFILL_VARIANTS=7,10,11: the default kernel and these tile variants only
+    // (the sanitizer runs of new variants).
+    if let Ok(list) = std::env::var("DELTAKIT_TEST_PREFILL_VARIANTS") {
+        kernels = vec![PrefillKernel::Auto];
+        if hd == 256 {
+            kernels.extend(
+                list.split(',')
+                    .filter_map(|v| v.trim().parse().ok())
+                    .map(PrefillKernel::Sm90Variant),
+            );
         }
     }
     // DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=1: the default kernel alone (the sanitizer runs).
@@ -896,7 +904,7 @@ fn attention_rejects_bad_metadata() {
     b.cu[1] = 4;
     let d = b.upload(&s);
     let e = attn::prefill_with(
-        PrefillKernel::Sm90Variant(10),
+        PrefillKernel::Sm90Variant(23),
         &s,
         &q,
         &kc,

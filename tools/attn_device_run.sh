@@ -8,9 +8,12 @@
 #
 # Binaries come from .attn-kit/ (git-ignored; built here by tools/attn_device_run.sh --pack):
 #   tools/attn_device_run.sh --pack      # on the build host: cargo build + copy + strip
-#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: tma tests sanitize bench ncu
-#                                        # ncudec ncuq (default: tests sanitize bench ncu); tma
-#                                        # first tries prefill variant 9 and adds it if it passes
+#   tools/attn_device_run.sh [steps]     # on the GPU host; steps: triage tests sanitize bench
+#                                        # ncu ncudec ncuq (default: tests sanitize bench ncu);
+#                                        # triage first runs the small prefill cases of the
+#                                        # new tile variants (NEW_VARIANTS) under a short timeout and
+#                                        # leaves a variant that hangs or fails out of every
+#                                        # later step (tests, sanitizers, bench)
 # DELTAKIT_BENCH_PART=decode (or prefill) runs half of the bench sweep.
 # Order: tests, bench (+ SDPA anchors), sanitize, ncu. DELTAKIT_BENCH_FILTER=/ keeps every prefill
 # shape and skips the decode sweep (round 2: the sm90 tile-variant sweep).
@@ -46,26 +49,33 @@ export DELTAKIT_REQUIRE_GPU=1
 export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin"
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-if [[ " $steps " == *" tma "* ]]; then
-  # Prefill variant 9 (TMA loads), first GPU runs: the small cases with it under a short timeout
-  # (a byte-count mismatch would hang), then memcheck; if they pass, every later test and the
-  # prefill bench include it (DELTAKIT_TEST_PREFILL_TMA / DELTAKIT_BENCH_PREFILL_TMA).
-  DELTAKIT_TEST_PREFILL_TMA=1 DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=0 timeout 30 "$kit/attn_test" \
-    prefill_kernels_small_cases_for_sanitizer >"$OUT/tma.log" 2>&1
+# Prefill tile variants under test this session (SAN_PREFILL_VARIANTS: the sanitizer list).
+NEW_VARIANTS="${NEW_VARIANTS:-17,18,19,20,21,22}"
+if [[ " $steps " == *" triage "* ]]; then
+  # The small prefill cases of every new variant together (~2 s); on a hang or failure, each
+  # variant alone, and only the passing ones stay in the tests, sanitizers and bench.
+  DELTAKIT_TEST_PREFILL_VARIANTS="$NEW_VARIANTS" timeout 30 "$kit/attn_test" \
+    prefill_kernels_small_cases_for_sanitizer >"$OUT/tests.log" 2>&1
   rc=$?
-  if [[ $rc -eq 0 ]]; then
-    DELTAKIT_TEST_PREFILL_TMA=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >>"$OUT/tma.log" 2>&1
-    rc=$?
-    [[ $rc -eq 0 ]] && export DELTAKIT_TEST_PREFILL_TMA=1 DELTAKIT_BENCH_PREFILL_TMA=1
+  if [[ $rc -ne 0 ]]; then
+    good=""
+    for v in ${NEW_VARIANTS//,/ }; do
+      DELTAKIT_TEST_PREFILL_VARIANTS="$v" timeout 15 "$kit/attn_test" \
+        prefill_kernels_small_cases_for_sanitizer >>"$OUT/tests.log" 2>&1 && good="$good,$v"
+    done
+    good="${good#,}"
+    summary+=("triage: new variants together rc=$rc; passing alone: ${good:-none}")
+    NEW_VARIANTS="$good"
+    export DELTAKIT_TEST_PREFILL_VARIANTS="$(seq -s, 0 16)${good:+,$good}"
+    export DELTAKIT_BENCH_PREFILL_VARIANTS="14,15${good:+,$good}"
+  else
+    summary+=("triage: new variants $NEW_VARIANTS small cases rc=0")
   fi
-  grep -E "panicked|ERROR SUMMARY|test result" "$OUT/tma.log" | head -5
-  summary+=("tma (prefill variant 9) small cases + memcheck rc=$rc")
 fi
 if [[ " $steps " == *" tests "* ]]; then
   # Hang triage first: the small cases (every kernel and schedule) take ~1 s; if they time out,
   # rerun them without the ping-pong schedule and leave it out of everything after.
-  timeout 25 "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >"$OUT/tests.log" 2>&1
+  timeout 25 "$kit/attn_test" prefill_kernels_small_cases_for_sanitizer >>"$OUT/tests.log" 2>&1
   rc=$?
   if [[ $rc -eq 124 ]]; then
     export DELTAKIT_TEST_SKIP_PINGPONG=1
@@ -93,7 +103,7 @@ if [[ " $steps " == *" tests "* ]]; then
 fi
 if [[ " $steps " == *" bench "* ]]; then
   t0=$(date +%s)
-  DELTAKIT_BENCH_QUICK=1 timeout "${BENCH_TIMEOUT:-120}" "$kit/attn_bench" >"$OUT/quick.jsonl" 2>"$OUT/bench.err"
+  DELTAKIT_BENCH_QUICK=1 timeout "${BENCH_TIMEOUT:-120}" "$kit/attn_bench" >"$OUT/quick.jsonl" 2>>"$OUT/tests.log"
   rc=$?
   summary+=("bench rc=$rc ($(( $(date +%s) - t0 ))s)")
   t0=$(date +%s)
@@ -105,14 +115,18 @@ if [[ " $steps " == *" bench "* ]]; then
   printf '%s\n' "${summary[@]}"
 fi
 if [[ " $steps " == *" sanitize "* ]]; then
-  # Prefill: the default kernel (variant 7) alone; decode: every decode kernel and variant.
+  # Prefill: the default kernel and the new tile variants (SAN_PREFILL_VARIANTS, default the
+  # triaged NEW_VARIANTS); decode (unless SAN_SKIP_DECODE=1): every decode kernel and variant.
+  san_tests="prefill_kernels_small_cases_for_sanitizer"
+  [[ "${SAN_SKIP_DECODE:-0}" == 1 ]] || san_tests="decode_kernels_small_cases_for_sanitizer $san_tests"
   for tool in memcheck racecheck; do
-    for t in decode_kernels_small_cases_for_sanitizer prefill_kernels_small_cases_for_sanitizer; do
+    for t in $san_tests; do
       t0=$(date +%s)
-      DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=1 timeout "${SAN_TIMEOUT:-90}" compute-sanitizer \
-        --tool "$tool" --error-exitcode 9 "$kit/attn_test" "$t" >>"$OUT/san_$tool.log" 2>&1
+      DELTAKIT_TEST_PREFILL_VARIANTS="${SAN_PREFILL_VARIANTS:-$NEW_VARIANTS}" \
+        timeout "${SAN_TIMEOUT:-90}" compute-sanitizer \
+        --tool "$tool" --error-exitcode 9 "$kit/attn_test" "$t" >>"$OUT/san.log" 2>&1
       rc=$?
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$OUT/san_$tool.log" | tail -2
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$OUT/san.log" | tail -2
       summary+=("$tool ${t%%_*} rc=$rc ($(( $(date +%s) - t0 ))s)")
     done
   done
@@ -131,14 +145,36 @@ if [[ " $steps " == *" ncudec "* ]]; then
   summary+=("ncudec rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
 if [[ " $steps " == *" ncu "* ]]; then
+  # ncu --set full of one prefill kernel at 27B TP1 T=8192: ATTN_NCU_VARIANT, else the fastest
+  # sm90 kernel of this run's bench at that shape (quick.jsonl), else the default. The bench
+  # runs that variant alone (DELTAKIT_BENCH_PREFILL_VARIANTS) so ncu's first match is it.
   t0=$(date +%s)
-  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER=27b_tp1/8192 timeout 60 \
-    ncu --set full --clock-control none -k regex:prefill_kernel -c 1 -f -o "$OUT/ncu_prefill_sm90" \
-    "$kit/attn_bench" >>"$OUT/bench.err" 2>&1
+  var="${ATTN_NCU_VARIANT:-}"
+  if [[ -z "$var" && -f "$OUT/quick.jsonl" ]]; then
+    var=$(python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = [r for r in rows if r["id"] == "27b_tp1/8192" and r["kernel"].startswith("sm90")]
+best = min(rows, key=lambda r: r["us"], default=None)
+print("" if best is None or best["kernel"] == "sm90" else best["kernel"][len("sm90v"):])' "$OUT/quick.jsonl")
+  fi
+  var="${var:-19}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
+  echo "ncu: prefill variant $var"
+  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER=27b_tp1/8192 DELTAKIT_BENCH_PREFILL_VARIANTS="${var:-}" \
+    timeout "${NCU_TIMEOUT:-90}" ncu --set full --import-source yes --clock-control none \
+    --kernel-name-base mangled -k "regex:Li256ELb[01]ELi${var:-7}E" -c 1 -f \
+    -o "$OUT/ncu_prefill_sm90" "$kit/attn_bench" >>"$OUT/tests.log" 2>&1
   rc=$?
   ncu --import "$OUT/ncu_prefill_sm90.ncu-rep" --page details --section SpeedOfLight \
-    --section Occupancy --section LaunchStats 2>/dev/null | grep -E "Duration|Throughput|Registers|Shared Memory Config|Achieved Occupancy|Block Limit" | head -20
-  summary+=("ncu rc=$rc ($(( $(date +%s) - t0 ))s)")
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis >"$OUT/ncu.txt" 2>&1
+  grep -E "prefill_kernel|Duration|Throughput|Registers|Achieved Occupancy|Issued|Eligible|No Eligible|Warp Cycles|Stall|Pipe" \
+    "$OUT/ncu.txt" | cut -c1-130 | head -40
+  # Per-SASS-instruction warp stall samples (source page), then the top lines by samples.
+  ncu --import "$OUT/ncu_prefill_sm90.ncu-rep" --page source --csv --print-source sass \
+    >"$OUT/ncu_src.csv" 2>>"$OUT/ncu.txt"
+  python3 tools/dev_attn_check.py ncu-src "$OUT/ncu_src.csv" 2>&1 | head -70
+  summary+=("ncu variant ${var:-default} rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
 if [[ " $steps " == *" ncuq "* ]]; then
   # Cheap profile of one kernel (ATTN_NCU_KERNEL: a regex on the mangled name, e.g. Li256ELb1ELi5E

@@ -4,15 +4,64 @@ correctness against a float64 torch reference over a random paged cache, then ti
 torch SDPA. Not part of the test suite (the Rust GPU tests are); used to iterate on the kernels.
 
     python3 tools/dev_attn_check.py [--bench]
+
+Also (no torch needed): `python3 tools/dev_attn_check.py ncu-src <csv>` summarizes the source
+page of an ncu report (`ncu --import r.ncu-rep --page source --csv --print-source sass`): the
+SASS instructions with the most warp stall samples, and the samples per opcode.
 """
 import argparse
+import csv
 import importlib.util
 import math
 import sys
 from pathlib import Path
 
-import torch
-import triton
+
+def ncu_src(path, top=45):
+    """Prints the top SASS lines by warp stall samples of an ncu source-page CSV."""
+    lines = open(path, errors="replace").read().splitlines()
+    start = next((i for i, l in enumerate(lines) if "Source" in l and "Sampling" in l), None)
+    if start is None:
+        print(f"ncu-src: no source table in {path} ({len(lines)} lines)")
+        print("\n".join(lines[:10]))
+        return
+    rows = list(csv.reader(lines[start:]))
+    head, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    col = {h: i for i, h in enumerate(head)}
+    src = col.get("Source", 1)
+    alls = next((i for h, i in col.items() if "Sampling (All" in h), None)
+    noti = next((i for h, i in col.items() if "Sampling (Not" in h), None)
+    execd = next((i for h, i in col.items() if h.startswith("Instructions Executed")), None)
+
+    def num(r, i):
+        try:
+            return float(r[i].replace(",", "")) if i is not None and r[i] else 0.0
+        except ValueError:
+            return 0.0
+
+    total = sum(num(r, alls) for r in body) or 1.0
+    print(f"ncu-src: {len(body)} SASS lines, {total:.0f} stall samples; columns: {len(head)}")
+    by_op = {}
+    for r in body:
+        op = r[src].strip().split(" ")[0] if r[src].strip() else "?"
+        if op.startswith("@"):
+            op = r[src].strip().split(" ")[1] if len(r[src].split()) > 1 else op
+        op = op.split(".")[0]
+        by_op[op] = by_op.get(op, 0.0) + num(r, alls)
+    print("samples by opcode: " + ", ".join(f"{k} {v / total:.1%}" for k, v in
+                                            sorted(by_op.items(), key=lambda kv: -kv[1])[:14]))
+    addr = col.get("Address", 0)
+    for r in sorted(body, key=lambda r: -num(r, alls))[:top]:
+        print(f"{r[addr]:>6} {num(r, alls) / total:6.2%} (not issued {num(r, noti) / total:6.2%}, "
+              f"exec {num(r, execd):.3g}) {r[src].strip()[:70]}")
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "ncu-src":
+    ncu_src(sys.argv[2])
+    sys.exit(0)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 spec = importlib.util.spec_from_file_location("attention", HERE.parent / "triton_aot/attn/attention.py")

@@ -27,10 +27,12 @@
 // the lanes copying that row by shuffles, fetched one tile ahead) and reuses it for V.
 //
 // Shared memory per CTA (HD 256, variant 0): Q 64 KB + 2 stages x (K 32 KB + V 32 KB) = 192 KB;
-// the other hd-256 tile variants (BN 80 / BN 48 x 3 stages, see Cfg) use 224 / 208 KB. The
-// wrapper's default at hd 256 is variant 7 (src/ops/attn.rs SM90_DEFAULT_VARIANT): BN 80, late P,
-// 56/224 registers, FAST softmax (measured on an H200:
-// docs/benchmarks/2026-12-01-attn-prefill-sm90-round2.md).
+// the other hd-256 tile variants (BN 80 / BN 48 x 3 stages, see Cfg) use 224 / 208 KB (226 KB
+// with the ordered-softmax scratch). The wrapper's default at hd 256 is variant 19
+// (src/ops/attn.rs SM90_DEFAULT_VARIANT): BN 80, late P, 56/224 registers, FAST + ORDERED
+// softmax, the SPLIT producer with TMA loads of full K/V tiles, the LPT block order and the
+// STAGED output, ping-pong (measured on an H200: docs/benchmarks/2026-12-01-attn-s4.md; the
+// description above is the cp.async producer of variants 0-8).
 // Every operand tile is stored as HD/64 column blocks of [rows][64] bf16 (128 bytes per row, the
 // 16-byte chunk index XOR-ed with row % 8: the hardware's 128-byte swizzle, blocks 1024-aligned).
 #include <cuda_bf16.h>
@@ -73,10 +75,34 @@ constexpr int kBM = 128;
 //      box 16 positions x 64 dims, 128B swizzle: exactly the tile layout the wgmma descriptors
 //      read) per 16-position page run and 64-dim column block, completion counted in bytes on the
 //      stage's full mbarrier; the last (partial) tile of a block and page sizes not a multiple of
-//      16 keep the cp.async path (zero fill past the causal end). CPU-compiled and SASS-checked
-//      only (2026-12-01 session 3): not yet run on a GPU, not dispatched by default.
+//      16 keep the cp.async path (zero fill past the causal end). Correct on an H200 but 13%
+//      slower than 7 (session 3: the page lookups sat between the empty wait and the loads).
+//  10-15 (session 4, all as 7 plus): ORDERED softmax -- the exponentials of tile j+1 are pinned
+//      before the wait for the PV product of tile j (ptxas had sunk all 40 MUFU.EX2 below that
+//      WARPGROUP.DEPBAR: the softmax ran after the PV product instead of under it) and the O
+//      rescale moves from after that wait to just before the next PV issue (under the QK^T
+//      product), so only the bf16 packing of P sits between a PV completion and the next issue;
+//      PP (own schedule, the `schedule` argument is ignored): even ids ping-pong, odd ids
+//      free-running (FlashAttention-3's choice at head dim 256);
+//      10/11: producer as 7;  12/13: SPLIT producer -- warps 0-1 copy K tiles, warps 2-3 V
+//      tiles, each pair on its own (a K tile never waits behind a V release); 14/15: SPLIT with
+//      TMA loads of the full tiles (one elected lane per pair issues them; page rows looked up
+//      one tile ahead), the consumers skip the proxy fence on those tiles.
+//      All of 10-15 also use the LPT block order: the linear block index walks the row blocks
+//      heaviest first across *all* sequences and kv heads (kv head fastest), instead of every
+//      row block of kv head 0 before kv head 1 (whose heaviest blocks then start in a later wave:
+//      a long tail at T = 2k with 4 kv heads).
+//  16: 7 with the LPT block order alone.
+//  17-22: the split TMA producer of 14/15 (all ORDERED) with, odd = ping-pong / even =
+//      free-running: 17/18 the kv-head-major block order of 0-9 (no LPT); 19/20 LPT and the
+//      STAGED epilogue: each consumer warpgroup writes its normalized bf16 O rows into its own
+//      (no longer read) half of the Q tile in shared memory, then stores them with coalesced
+//      16-byte stores (one 512-byte row per warp instruction) instead of 64 scattered 4-byte
+//      stores per thread; 21/22 STAGED in the kv-head-major order.
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-constexpr int kVariants = 10;
+constexpr int kVariants = 23;
+// SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
+constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
 struct Cfg;
 template <int VAR>
@@ -87,8 +113,17 @@ struct Cfg<256, VAR> {
   static constexpr int PROD_REGS = VAR >= 4 ? 56 : 40;
   static constexpr int CONS_REGS = VAR >= 4 ? 224 : 232;
   static constexpr bool REORDER = VAR == 6 || VAR == 8;
-  static constexpr bool FAST = VAR == 7 || VAR == 8 || VAR == 9;
-  static constexpr bool TMA = VAR == 9;
+  static constexpr bool FAST = VAR == 7 || VAR == 8 || VAR >= 9;
+  static constexpr bool TMA = VAR == 9 || VAR == 14 || VAR == 15 || VAR >= 17;
+  static constexpr bool ORDERED = (VAR >= 10 && VAR <= 15) || VAR >= 17;
+  static constexpr bool SPLIT = (VAR >= 12 && VAR <= 15) || VAR >= 17;
+  // Variants >= 10 carry their own schedule: 10-15 even = ping-pong, 17-22 odd = ping-pong.
+  static constexpr bool PP = VAR < 10 || VAR == 16 || (VAR <= 15 ? VAR % 2 == 0 : VAR % 2 == 1);
+  static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20;
+  static constexpr bool STAGED = VAR >= 19;
+  // The same tiles in the kv-head-major order (LPT grids above 2^31 blocks; 10-13, 16 -> 7).
+  static constexpr int NO_LPT =
+      VAR == 14 ? 17 : VAR == 15 ? 18 : VAR == 19 ? 21 : VAR == 20 ? 22 : VAR >= 10 ? 7 : VAR;
 };
 template <int VAR>
 struct Cfg<128, VAR> {
@@ -100,6 +135,12 @@ struct Cfg<128, VAR> {
   static constexpr bool REORDER = false;
   static constexpr bool FAST = false;
   static constexpr bool TMA = false;
+  static constexpr bool ORDERED = false;
+  static constexpr bool SPLIT = false;
+  static constexpr bool PP = true;
+  static constexpr bool LPT = false;
+  static constexpr bool STAGED = false;
+  static constexpr int NO_LPT = VAR;
 };
 template <int VAR>
 struct Cfg<64, VAR> {
@@ -111,17 +152,25 @@ struct Cfg<64, VAR> {
   static constexpr bool REORDER = false;
   static constexpr bool FAST = false;
   static constexpr bool TMA = false;
+  static constexpr bool ORDERED = false;
+  static constexpr bool SPLIT = false;
+  static constexpr bool PP = true;
+  static constexpr bool LPT = false;
+  static constexpr bool STAGED = false;
+  static constexpr int NO_LPT = VAR;
 };
 
+// ORDERED variants add a 4-byte scratch word per consumer thread (the softmax order point).
 template <int HD, int VAR>
 constexpr size_t smem_bytes() {
   return size_t(kBM) * HD * 2 +
          size_t(Cfg<HD, VAR>::STAGES) * 2 * Cfg<HD, VAR>::BN * HD * 2 +
-         8 * (1 + 4 * Cfg<HD, VAR>::STAGES) + 1024;
+         8 * (1 + 4 * Cfg<HD, VAR>::STAGES) + 1024 + (Cfg<HD, VAR>::ORDERED ? 16 + 4 * 256 : 0);
 }
 static_assert(smem_bytes<256, 1>() <= 227 * 1024, "BN 80 fits the 227 KB opt-in limit");
 static_assert(smem_bytes<256, 5>() == smem_bytes<256, 1>());
 static_assert(smem_bytes<256, 3>() <= 227 * 1024, "3 stages of BN 48 fit");
+static_assert(smem_bytes<256, 15>() <= 227 * 1024, "BN 80 + the order-point scratch fit");
 
 struct Args {
   DkAttnPrefillSm90Params p;
@@ -301,13 +350,28 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   constexpr bool LATE_P = Cfg<HD, VAR>::LATE_P;
   constexpr bool REORDER = Cfg<HD, VAR>::REORDER;
   constexpr bool FAST = Cfg<HD, VAR>::FAST;
+  constexpr bool ORDERED = Cfg<HD, VAR>::ORDERED;
+  constexpr bool SPLIT = Cfg<HD, VAR>::SPLIT;
+  constexpr bool TMA = Cfg<HD, VAR>::TMA;
+  static_assert(!SPLIT || HD == 256, "the split producer maps one 512-byte row per warp pass");
   static_assert(128 * Cfg<HD, VAR>::PROD_REGS + 256 * Cfg<HD, VAR>::CONS_REGS <= 65536);
   constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
   const DkAttnPrefillSm90Params& p = a.p;
   const int G = a.group;
-  const int64_t seq = int64_t(blockIdx.x) / a.max_m_blocks;
-  const int64_t mb = a.max_m_blocks - 1 - int64_t(blockIdx.x) % a.max_m_blocks;
-  const int64_t kvh = blockIdx.y;
+  int64_t seq, mb, kvh;
+  if constexpr (Cfg<HD, VAR>::LPT) {
+    // Launch order (x fastest) -> row block (heaviest first), sequence, kv head (fastest).
+    // 32-bit: the launcher keeps gridDim.x * gridDim.y below 2^31 for these variants.
+    const uint32_t lin = blockIdx.y * gridDim.x + blockIdx.x;
+    const uint32_t rest = lin / uint32_t(p.n_kv_heads);
+    kvh = lin - rest * uint32_t(p.n_kv_heads);
+    seq = rest % uint32_t(p.num_seqs);
+    mb = a.max_m_blocks - 1 - rest / uint32_t(p.num_seqs);
+  } else {
+    seq = int64_t(blockIdx.x) / a.max_m_blocks;
+    mb = a.max_m_blocks - 1 - int64_t(blockIdx.x) % a.max_m_blocks;
+    kvh = blockIdx.y;
+  }
   const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
   const int64_t T = p.num_tokens;
   const int64_t bos = min(max(int64_t(cu[seq]), int64_t(0)), T);
@@ -346,6 +410,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   const uint32_t sKV = sQ + uint32_t(kBM) * HD * 2;  // stage s: K at +2s TILE, V at +(2s+1) TILE
   const uint32_t bars = sKV + 2 * ST * TILE;
   const uint32_t barQ = bars;
+  // ORDERED: one scratch word per consumer thread (written, never read).
+  const uint32_t scratch = (bars + 8u * uint32_t(1 + 4 * ST) + 15u) & ~15u;
   auto full_k = [&](int s) { return bars + 8u * uint32_t(1 + s); };
   auto full_v = [&](int s) { return bars + 8u * uint32_t(1 + ST + s); };
   auto empty_k = [&](int s) { return bars + 8u * uint32_t(1 + 2 * ST + s); };
@@ -353,8 +419,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (tid == 0) {
     mbar_init(barQ, 128);
     for (int s = 0; s < ST; ++s) {
-      mbar_init(full_k(s), 128);
-      mbar_init(full_v(s), 128);
+      // SPLIT: the two warps of a K (V) pair arrive on the K (V) barriers.
+      mbar_init(full_k(s), SPLIT ? 64 : 128);
+      mbar_init(full_v(s), SPLIT ? 64 : 128);
       mbar_init(empty_k(s), 256);
       mbar_init(empty_v(s), 256);
     }
@@ -448,7 +515,107 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       }
       cp_async_arrive(kv == 0 ? full_k(s) : full_v(s));
     };
-    if constexpr (REORDER) {
+    if constexpr (SPLIT) {
+      // Warps 0-1 copy every K tile, warps 2-3 every V tile, each pair at its own pace (its
+      // own empty barriers). A warp copies one 512-byte row per pass (lane = 16-byte chunk),
+      // rows pass * 2 + (warp & 1); lane L keeps the row offsets of passes L and L + 32 (one
+      // page lookup per row and tile, fetched one tile ahead). TMA: lanes 0..BN/16-1 of each
+      // warp keep the cache row of 16-position group `lane` instead, and lane 0 of the pair's
+      // first warp issues the loads of a full tile.
+      constexpr int NP = BN / 2;
+      const int kv = warp >> 1;
+      const int wig = warp & 1;
+      const __nv_bfloat16* cache = kv == 0 ? kc : vc;
+      auto off_of = [&](int j, int pass) -> int64_t {
+        if (pass >= NP) return -1;
+        const int pos = j * BN + pass * 2 + wig;
+        if (pos >= kv_end) return -1;
+        const int page = __ldg(table + pos / ps);
+        if (page < 0 || page >= num_pages) return -1;
+        return ((int64_t(page) * ps + pos % ps) * hkv + kvh) * HD;
+      };
+      auto crow_of = [&](int j) -> int {  // cache row of group `lane` of a full tile j
+        if (!TMA || lane >= BN / 16 || (j + 1) * BN > kv_end) return 0;
+        const int pos = j * BN + 16 * lane;
+        const int page = __ldg(table + pos / ps);
+        return (page >= 0 && page < num_pages)
+                   ? page * ps + pos % ps
+                   : int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));  // zeros
+      };
+      constexpr bool tma_ok = TMA;
+      // TMA: only a partial last tile takes the cp.async path; its offsets are looked up on
+      // the spot (no offsets carried through the loop: the producer has 56 registers).
+      int64_t oa = -1, ob = -1;
+      int crow = 0;
+      if (!tma_ok) {
+        oa = off_of(0, lane);
+        ob = off_of(0, lane + 32);
+      }
+      crow = crow_of(0);
+#pragma unroll 1
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % ST;
+        const uint32_t fb = kv == 0 ? full_k(s) : full_v(s);
+        if (j >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), uint32_t((j / ST) - 1) & 1u);
+        const bool full_tile = (j + 1) * BN <= kv_end;
+        if (tma_ok && full_tile) {
+          // Lane 0 of the pair's first warp announces the tile's bytes (its arrival), then
+          // lanes 0..BN/16-1 of that warp each load their 16-position group (HD/64 boxes);
+          // the other 63 threads of the pair arrive.
+          if (wig == 0 && lane == 0) {
+            mbar_arrive_expect_tx(fb, TILE);
+          } else {
+            mbar_arrive(fb);
+          }
+          if (wig == 0) {
+            __syncwarp();
+            if (lane < BN / 16) {
+              const uint32_t tile =
+                  sKV + uint32_t(2 * s + kv) * TILE + uint32_t(lane) * (16u * 128u);
+#pragma unroll
+              const CUtensorMap* map = kv == 0 ? &a.tmap_k : &a.tmap_v;
+#pragma unroll
+              for (int cblk = 0; cblk < HD / 64; ++cblk) {
+                tma_load_3d(tile + uint32_t(cblk * BN * 128), map, cblk * 64, int(kvh), crow, fb);
+              }
+            }
+          }
+        } else {
+          if constexpr (tma_ok) {
+            oa = off_of(j, lane);
+            ob = off_of(j, lane + 32);
+          }
+          const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cb;
+          // (TMA: the rare partial tile, unrolled less: the producer has 56 registers.)
+          constexpr int UNR = TMA ? 1 : 4;
+#pragma unroll UNR
+          for (int pass = 0; pass < 32; ++pass) {
+            const int64_t o = __shfl_sync(0xffffffffu, oa, pass);
+            const int r = pass * 2 + wig;
+            const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+            cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
+                        o >= 0 ? 16u : 0u);
+          }
+#pragma unroll UNR
+          for (int pass = 32; pass < NP; ++pass) {
+            const int64_t o = __shfl_sync(0xffffffffu, ob, pass - 32);
+            const int r = pass * 2 + wig;
+            const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+            cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
+                        o >= 0 ? 16u : 0u);
+          }
+          cp_async_arrive(fb);
+        }
+        if (j + 1 < n_tiles) {
+          if constexpr (tma_ok) {
+            crow = crow_of(j + 1);
+          } else {
+            oa = off_of(j + 1, lane);
+            ob = off_of(j + 1, lane + 32);
+          }
+        }
+      }
+    } else if constexpr (REORDER) {
       // K0, K1, V0, K2, V1, ..., V(n-1): the consumers' order (QK^T of tile j+1 is issued before
       // the PV of tile j), so a free K stage is refilled without waiting for the V release before
       // it. One copy site (code size and registers): step 2t+1 copies K(t+1), step 2t+2 V(t).
@@ -508,7 +675,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   auto issue_qk = [&](int j) {
     const int st = j % ST;
     mbar_wait(full_k(st), uint32_t(j / ST) & 1u);
-    fence_proxy_async();
+    // Tiles written by cp.async (generic proxy) need the proxy fence before wgmma reads them;
+    // TMA tiles (SPLIT variants: every full tile) do not.
+    if (!(SPLIT && TMA && kSkipTmaFence) || (j + 1) * BN > kv_end) fence_proxy_async();
     const uint64_t dk = make_desc(sKV + uint32_t(2 * st) * TILE, 16, 1024);
     // Opaque copy of the Q descriptor: recomputing its 16 column offsets here costs a few
     // integer adds; hoisted out of the loop they cost 32 registers (spilled at BN 80).
@@ -530,7 +699,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   auto issue_pv = [&](int j) {
     const int st = j % ST;
     mbar_wait(full_v(st), uint32_t(j / ST) & 1u);
-    fence_proxy_async();
+    if (!(SPLIT && TMA && kSkipTmaFence) || (j + 1) * BN > kv_end) fence_proxy_async();
     const uint64_t dv = make_desc(sKV + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
     wgmma_fence();
 #pragma unroll
@@ -615,6 +784,30 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
   };
 
+  // ORDERED: O *= alpha of the rows (skipped when no row of the warp changed its max), applied
+  // right before the next PV issue.
+  auto rescale_o = [&](float x0, float x1) {
+    if (__any_sync(0xffffffffu, x0 != 1.f || x1 != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < NO / 4; ++i) {
+        o[4 * i] *= x0;
+        o[4 * i + 1] *= x0;
+        o[4 * i + 2] *= x1;
+        o[4 * i + 3] *= x1;
+      }
+    }
+  };
+  // ORDERED: a shared-memory store of a value that depends on every exponential of the tile,
+  // placed before the PV wait: ptxas does not sink a shared store below a WARPGROUP.DEPBAR, so
+  // the MUFU.EX2 stay above it (under the PV product).
+  const uint32_t my_scratch = scratch + uint32_t(ct) * 4u;
+  auto order_point = [&](float x) {
+    if constexpr (ORDERED) {
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(my_scratch), "f"(x) : "memory");
+    }
+  };
+  float pal0 = 1.f, pal1 = 1.f;  // ORDERED: the pending O rescale of the next PV product
+
   mbar_wait(barQ, 0);
   // Ping-pong: warpgroup w waits on barrier 1 + w before issuing, then lets the other one go.
   // Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
@@ -658,6 +851,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   for (int j = 0; j + 1 < n_tiles; ++j) {
     turn_wait();
     issue_qk(j + 1);
+    if constexpr (ORDERED) rescale_o(pal0, pal1);
     issue_pv(j);
     turn_pass();
     float mn0 = m_0, mn1 = m_1, ls0, ls1;
@@ -665,6 +859,21 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     fence_regs(s);
     mbar_arrive(empty_k((j + 1) % ST));
     softmax(j + 1, mn0, mn1, ls0, ls1);
+    if constexpr (ORDERED) {
+      pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
+      pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
+      l_0 = l_0 * pal0 + ls0;
+      l_1 = l_1 * pal1 + ls1;
+      m_0 = mn0;
+      m_1 = mn1;
+      order_point(l_0 + l_1);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+      mbar_arrive(empty_v(j % ST));
+      take_p();
+      continue;
+    }
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
@@ -689,6 +898,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     take_p();
   }
   turn_wait();
+  if constexpr (ORDERED) rescale_o(pal0, pal1);
   issue_pv(n_tiles - 1);
   if (w == 0) turn_pass();
   wgmma_wait<0>();
@@ -701,6 +911,50 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   const float inv0 = l_0 > 0.f ? 1.f / l_0 : 0.f;
   const float inv1 = l_1 > 0.f ? 1.f / l_1 : 0.f;
   const int cq = 2 * (lane % 4);
+  if constexpr (Cfg<HD, VAR>::STAGED) {
+    // This warpgroup's QK^T products are complete (its last wgmma wait above), so its 64 rows
+    // of the Q tile are free: stage the bf16 O rows there in the same 128B-swizzled layout
+    // (conflict-free 4-byte stores), then copy them out as 16-byte chunks, one 512-byte row per
+    // warp and pass. Named barrier 3 + w syncs the warpgroup's 128 threads.
+    const int rr0 = warp * 16 + lane / 4;  // row within the warpgroup's 64 (and rr0 + 8)
+    // = sQ + w * 64 * 128, read back from the Q descriptor's address field (live anyway): keeping
+    // sQ itself live through the loop cost a register and spills.
+    const uint32_t wq = uint32_t(dq & 0x3FFFu) << 4;
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      const int col = 8 * i + cq;
+      const uint32_t blk = wq + uint32_t(col / 64) * uint32_t(kBM * 128);
+      const uint32_t ch = uint32_t((col % 64) / 8);
+      const uint32_t in16 = uint32_t(col % 8) * 2u;
+      const uint32_t a0 = blk + uint32_t(rr0) * 128u + ((ch ^ uint32_t(rr0 & 7)) << 4) + in16;
+      const uint32_t a1 =
+          blk + uint32_t(rr0 + 8) * 128u + ((ch ^ uint32_t((rr0 + 8) & 7)) << 4) + in16;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0),
+                   "r"(pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0)));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1),
+                   "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)));
+    }
+    if (w == 0) {
+      asm volatile("bar.sync 3, 128;\n" ::: "memory");
+    } else {
+      asm volatile("bar.sync 4, 128;\n" ::: "memory");
+    }
+    const int t = ct % 128;
+    const int c = t % 32;  // 16-byte chunk of the row
+#pragma unroll 4
+    for (int rr = t / 32; rr < 64; rr += 4) {
+      const int64_t vr = vr0 - r_lo + w * 64 + rr;  // = m0 + w * 64 + rr (vr0 is live anyway)
+      const uint32_t src = wq + uint32_t(c / 8) * uint32_t(kBM * 128) + uint32_t(rr) * 128u +
+                           ((uint32_t(c % 8) ^ uint32_t(rr & 7)) << 4);
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(src)
+                   : "memory");
+      if (vr < rows_total) *reinterpret_cast<uint4*>(out + row_off(vr) + c * 8) = v;
+    }
+    return;
+  }
   if (vr0 < rows_total) {
     __nv_bfloat16* dst = out + row_off(vr0) + cq;
 #pragma unroll
@@ -800,12 +1054,19 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     if (p.page_size % 16 != 0 ||
         !encode_cache_map(&a.tmap_k, p.k_cache, HD, p.n_kv_heads, rows) ||
         !encode_cache_map(&a.tmap_v, p.v_cache, HD, p.n_kv_heads, rows)) {
-      return launch<HD, PP, 7>(p, stream);
+      // 9 -> 7, split TMA variants -> 12 / 13 (the split cp.async producer, same schedule).
+      constexpr int FB = VAR == 9 ? 7 : (Cfg<HD, VAR>::PP ? 12 : 13);
+      return launch<HD, PP, FB>(p, stream);
     }
   }
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
+  // LPT variants index the whole grid in 32 bits; larger grids take the kv-head-major order.
+  if constexpr (Cfg<HD, VAR>::LPT) {
+    constexpr int NL = Cfg<HD, VAR>::NO_LPT;
+    if (gx * p.n_kv_heads > 0x7fffffffLL) return launch<HD, Cfg<HD, NL>::PP, NL>(p, stream);
+  }
   prefill_kernel<HD, PP, VAR><<<dim3(unsigned(gx), unsigned(p.n_kv_heads)), kThreads,
                            smem_bytes<HD, VAR>(), stream>>>(a);
   return launch_status();
@@ -863,9 +1124,38 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
         case 9:
           if (!pp) return DK_ERR_UNSUPPORTED;
           return p->scale > 0.f ? a::launch<256, true, 9>(*p, s) : a::launch<256, true, 5>(*p, s);
-        default:
+        // Variants 10-15 carry their own schedule (`schedule` ignored); FAST softmax as 7.
+        case 10:
+          return p->scale > 0.f ? a::launch<256, true, 10>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 11:
+          return p->scale > 0.f ? a::launch<256, false, 11>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 12:
+          return p->scale > 0.f ? a::launch<256, true, 12>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 13:
+          return p->scale > 0.f ? a::launch<256, false, 13>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 14:
+          return p->scale > 0.f ? a::launch<256, true, 14>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 15:
+          return p->scale > 0.f ? a::launch<256, false, 15>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 16:
+          return p->scale > 0.f ? a::launch<256, true, 16>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 17:
+          return p->scale > 0.f ? a::launch<256, true, 17>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 18:
+          return p->scale > 0.f ? a::launch<256, false, 18>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 19:
+          return p->scale > 0.f ? a::launch<256, true, 19>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 20:
+          return p->scale > 0.f ? a::launch<256, false, 20>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 21:
+          return p->scale > 0.f ? a::launch<256, true, 21>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 22:
+          return p->scale > 0.f ? a::launch<256, false, 22>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;
           return p->scale > 0.f ? a::launch<256, true, 8>(*p, s) : a::launch<256, true, 6>(*p, s);
+        default:
+          return DK_ERR_INVALID_ARGUMENT;
       }
     default:
       return DK_ERR_UNSUPPORTED;

@@ -443,8 +443,9 @@ pub fn prefill<I: DevicePtr<i32>>(
 /// Kernel choice for [`prefill_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillKernel {
-    /// The sm_90a CUDA kernel where the device runs it (its default warpgroup schedule), else
-    /// Triton.
+    /// The sm_90a CUDA kernel where the device runs it, else Triton. At head dim 256: tile
+    /// variant 19 (split TMA producer, ping-pong, LPT block order, staged output; see
+    /// [`PrefillKernel::Sm90Variant`]).
     Auto,
     /// The sm_90a CUDA kernel with the ping-pong schedule of its two consumer warpgroups (they
     /// take turns issuing GEMMs), else Triton. Same results as `Auto`.
@@ -457,26 +458,36 @@ pub enum PrefillKernel {
     /// loading K one tile ahead of V; 7: as 5 with the fast softmax (raw-score max, one FFMA per
     /// exponent, O rescale skipped when no row max changed; scale > 0, else 5 runs; the default);
     /// 8: 6 + 7; 9: as 7 with the K/V tiles loaded by TMA (`cp.async.bulk.tensor`, 128B swizzle;
-    /// page sizes not a multiple of 16 run 7) -- compiled and SASS-checked, not yet run on a GPU.
-    /// Same results up to rounding. Values above 9 are rejected ([`crate::Error::Shape`] naming
+    /// page sizes not a multiple of 16 run 7; 13% slower than 7 on an H200). 10-15: as 7 with the
+    /// softmax exponentials pinned under the PV product and the O rescale moved before the next
+    /// PV issue, each with its own consumer schedule (even: ping-pong, odd: free-running); 10/11
+    /// the producer of 7, 12/13 a split producer (two warps copy K tiles, two V tiles), 14/15
+    /// the split producer with TMA loads (page sizes not a multiple of 16 run 12/13); 10-15 and
+    /// 16 (= 7 otherwise) launch the row blocks heaviest first across all kv heads (LPT order);
+    /// 17-22: the split TMA producer (odd: ping-pong, even: free-running), 17/18 in the
+    /// kv-head-major order, 19/20 LPT with the output staged through shared memory (coalesced
+    /// 16-byte stores), 21/22 staged in the kv-head-major order.
+    /// Same results up to rounding. Values above 22 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
     Triton,
 }
 
-/// The sm_90a kernel's default consumer schedule: 1 = ping-pong, 0 = free-running (ping-pong
-/// measured 1-2.5% faster at every issue-14 shape on an H200, 2026-12-01).
+/// The sm_90a kernel's consumer schedule argument: 1 = ping-pong, 0 = free-running (ping-pong
+/// measured 1-2.5% faster at every issue-14 shape on an H200, 2026-12-01). Tile variants >= 10
+/// (the defaults among them) carry their own schedule and ignore it.
 const SM90_DEFAULT_SCHEDULE: i32 = 1;
 
 /// The sm_90a kernel's default tile configuration at head dim 256 (see
-/// [`PrefillKernel::Sm90Variant`]): 7 = 80-position K/V tiles, late P, 56/224 registers, fast
-/// softmax; on an H200 (2026-12-01, round 2) correct in every test and 1.15-1.24x variant 0 (the
-/// round-1 kernel) at every issue-14 shape, 0.99-1.05x variant 5.
-const SM90_DEFAULT_VARIANT: i32 = 7;
+/// [`PrefillKernel::Sm90Variant`]): 19 = 7 with the split TMA producer, the ordered softmax, the
+/// LPT block order and the staged output, ping-pong; on an H200 (2026-12-01, session 4) correct
+/// in every test, memcheck/racecheck clean, 0.91-1.26x torch SDPA at the issue-14 shapes
+/// (1.37-1.86x variant 7), 0.71x on varlen 8 x 2048, 2.0x on the chunked row.
+const SM90_DEFAULT_VARIANT: i32 = 19;
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 9;
+const SM90_MAX_VARIANT: u8 = 22;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -500,7 +511,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=9", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=22", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
