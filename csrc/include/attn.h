@@ -92,8 +92,16 @@ typedef struct DkAttnPrefillSm90Params {
    * 5 = as 1 with those registers; 6 = as 5, the producer loading K one tile ahead of V; 7 = as
    * 5 with the fast softmax (raw-score max, FFMA exponents, O rescale skipped when no row max
    * changed; needs scale > 0, else variant 5 runs); 8 = 6 + 7; 9 = 7 with TMA loads of the K/V
-   * tiles (cp.async.bulk.tensor, 128B swizzle; page_size % 16 != 0 runs 7; not yet run on a GPU).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); outside 0..=9:
+   * tiles (cp.async.bulk.tensor, 128B swizzle; page_size % 16 != 0 runs 7); 10-15 = 7 with the
+   * softmax exponentials pinned under the PV product and the O rescale before the next PV issue,
+   * each with its own consumer schedule (even ping-pong, odd free-running; `schedule` ignored):
+   * 10/11 the producer of 7, 12/13 split K / V producer warps, 14/15 split with TMA loads
+   * (page_size % 16 != 0 runs 12/13); 10-16 launch the row blocks heaviest first across kv
+   * heads (LPT), 16 = 7 in that order; 17-22 the split TMA producer (odd ping-pong, even
+   * free-running): 17/18 kv-head-major order, 19/20 LPT + output staged through shared memory
+   * (16-byte stores), 21/22 staged, kv-head-major. The safe wrapper's default: 19. Variants
+   * 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-22 ignore `schedule` and, as 7, need
+   * scale > 0 (else variant 5 runs); outside 0..=22:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
