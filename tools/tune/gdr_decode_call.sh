@@ -12,9 +12,9 @@
 #           bash tools/tune/gdr_decode_call.sh tests sanitize decode streaming ncu
 # Steps:
 #   stash      copy .anchor-kit-libs/site-libs.tar.xz to /tmp/dk-kit (outlives the call while the machine is warm)
-#   tests      every test binary of the bundle; gdr_decode again under DELTAKIT_GDR_DECODE=$DECODE_PIPES and
-#              conv1d_prefill under DELTAKIT_CONV1D_PREFILL=$CONV_PIPES (forced paths; the int64 decode test only
-#              in the default run)
+#   tests      every test binary of the bundle; gdr_decode again under DELTAKIT_GDR_DECODE=$DECODE_PIPES,
+#              conv1d_prefill under DELTAKIT_CONV1D_PREFILL=$CONV_PIPES and norm_rms under
+#              DELTAKIT_RMS_GATED_ROWS=$NORM_ROWS (forced paths; the int64 decode test only in the default run)
 #   sanitize   compute-sanitizer ($SAN_SPECS: ;-separated tool:binary:ENV=value or -:test filters)
 #   decode     decode rows (27B TP1 / TP2, T = $DECODE_T, warm + cold + CUDA-graph back-to-back at small batch) and
 #              the configuration sweep ($SWEEP_ONLY), after the tests, under a lock
@@ -69,7 +69,8 @@ if has decode; then
   libs="${ANCHOR_LIBS:-dk,fi,fla}"
   [ -f /tmp/dk-kit/site-libs.tar.xz ] || libs="${libs/fi,/}"
   hpy decode 1 --libs "$libs" --lib "$bd/libdk_gdr_decode.so" --skip-prefill --sweep --graph-b2b \
-    --sweep-only "${SWEEP_ONLY:-bv64_nw2,bv128_nw4_m3,bv16_nw1,bv16_nw2,tma_,kc_}" --decode-t "${DECODE_T:-1,4}" \
+    --sweep-only "${SWEEP_ONLY:-bv64_nw2,bv128_nw4_m3,bv16_nw1,bv16_nw2,_pre,tma_bv128_nw4_s2,kc_rw4}" \
+    --decode-t "${DECODE_T:-1,4}" \
     --budget-s "${DECODE_BUDGET_S:-200}" ${DECODE_ARGS:-}
 fi
 has streaming && hpy streaming 0 --libs dk --skip-decode --skip-prefill --streaming --dk-lib "$bd/libdk_stream.so" \
@@ -89,7 +90,7 @@ if has tests; then
     run_log "test_${name%%-*}" - "$bin" --test-threads 4 --nocapture
   done
   dbin=$(ls /tmp/gdbin/gdr_decode-* | head -n 1)
-  for pipe in ${DECODE_PIPES:-tma_bv64_nw4_s2 tma_bv128_nw8_s2 tma_bv32_nw2_s4}; do
+  for pipe in ${DECODE_PIPES:-reg_pre reg_bv128 tma_bv64_nw4_s3}; do
     run_log "test_decode_$pipe" "DELTAKIT_GDR_DECODE=$pipe" "$dbin" --test-threads 4 --nocapture \
       --skip decode_long_row_int64_offsets
   done
@@ -97,11 +98,17 @@ if has tests; then
   for pipe in ${CONV_PIPES:-vec8x8 scalar}; do
     run_log "test_conv_$pipe" "DELTAKIT_CONV1D_PREFILL=$pipe" "$cbin" --test-threads 4 --nocapture
   done
+  nbin=$(ls /tmp/gdbin/norm_rms-* | head -n 1)
+  for rows in ${NORM_ROWS:-1 2}; do
+    run_log "test_norm_rows$rows" "DELTAKIT_RMS_GATED_ROWS=$rows" "$nbin" --test-threads 4 --nocapture
+  done
 fi
 if has sanitize; then
   specs=("memcheck:gdr_decode:-:decode_qwen35 decode_heads_per_rank decode_gates_at_the_edge decode_padding"
-         "memcheck:gdr_decode:DELTAKIT_GDR_DECODE=tma_bv128_nw8_s2:decode_qwen35 decode_padding"
-         "racecheck:gdr_decode:-:decode_qwen35"
+         "memcheck:gdr_decode:DELTAKIT_GDR_DECODE=reg_pre:decode_qwen35 decode_heads_per_rank decode_padding"
+         "memcheck:gdr_decode:DELTAKIT_GDR_DECODE=reg_bv128:decode_qwen35 decode_heads_per_rank decode_padding"
+         "racecheck:gdr_decode:DELTAKIT_GDR_DECODE=reg_bv128:decode_qwen35"
+         "memcheck:norm_rms:DELTAKIT_RMS_GATED_ROWS=1:"
          "memcheck:conv1d_prefill:-:" "memcheck:conv1d_update:-:" "memcheck:norm_rms:-:")
   [ -n "${SAN_SPECS:-}" ] && IFS=';' read -r -a specs <<<"$SAN_SPECS"
   i=0
@@ -133,9 +140,9 @@ done
 for p in "${apids[@]}"; do wait "$p"; done
 summary+=("harness done at $(el)")
 if has ncu; then
-  (env ${NCU_ENV:-DK_NONE=1} PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" \
+  (env ${NCU_ENV:-DELTAKIT_GDR_DECODE=reg_pre} PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" \
      timeout "${NCU_TIMEOUT:-90}" \
-     ncu --set full --clock-control none -k "${NCU_KERNEL:-regex:decode_tma_kernel}" --launch-skip 3 --launch-count 1 \
+     ncu --set full --clock-control none -k "${NCU_KERNEL:-regex:decode_kernel}" --launch-skip 3 --launch-count 1 \
      -o "$out/ncu_decode" python3 tools/bench_anchors_gdr.py --site "$site" --lib "$bd/libdk_gdr_decode.so" \
      --out /tmp/ncu.json --libs dk --skip-prefill --only "${NCU_ONLY:-TP1 16/48 B=64}" --decode-t 1 --warmup 1 --reps 2 \
      >"$out/ncu.log" 2>&1)

@@ -274,6 +274,12 @@ const Cfg kCfgs[] = {
     {"stream_bv32_nw4", launch_stream<128, 128, 32, 4>},
     {"stream_bv64_nw2", launch_stream<128, 128, 64, 2>},
     {"stream_bv64_nw4", launch_stream<128, 128, 64, 4>},
+    // Register kernel with token 0's inputs loaded before the slot, 32-bit index math (decode_kernel PRE).
+    {"bv16_nw1_pre", launch_cfg<128, 128, 16, 1, 0, 0, 1, true>},
+    {"bv16_nw2_pre", launch_cfg<128, 128, 16, 2, 0, 0, 1, true>},
+    {"bv64_nw2_pre", launch_cfg<128, 128, 64, 2, 0, 0, 1, true>},
+    {"bv64_nw4_m3_pre", launch_cfg<128, 128, 64, 4, 0, 0, 3, true>},
+    {"bv128_nw4_m3_pre", launch_cfg<128, 128, 128, 4, 0, 0, 3, true>},
     // TMA-fed persistent kernel (csrc/gdr/decode.cu decode_tma_kernel): tma_bv<BV>_nw<NW>_s<NS stages>[_ef].
     {"tma_bv64_nw4_s3", launch_tma<128, 128, 64, 4, 3>},
     {"tma_bv64_nw4_s2", launch_tma<128, 128, 64, 4, 2>},

@@ -53,8 +53,10 @@ pub struct DecodeStrides {
 /// `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` / `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel
 /// whose CTAs stream the state tiles into shared memory with bulk copies (TMA) two or three items
 /// ahead, in that tile / warps / stages configuration, for `K, V` in {64, 128} (passes the same tests;
-/// 1.2-1.5x slower on an H200); `reg` or unset or any other value: the default. The paths differ only
-/// in the summation order of the `K`-reductions (f32 rounding).
+/// 1.2-1.5x slower on an H200); `reg_pre` (the register kernel loading a row's first-token inputs
+/// before its slot, `K = V = 128`) or `reg_bv128` (the whole-head register tile for every
+/// `K = V = 128` call); `reg` or unset or any other value: the default. The paths differ only in the
+/// summation order of the `K`-reductions (f32 rounding).
 ///
 /// Slots: `-1` = padding row (zero output, no state read or written). The kernel treats any
 /// device slot outside `0..num_slots` the same way, so it never touches memory outside the pool
