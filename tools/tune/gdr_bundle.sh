@@ -38,6 +38,20 @@ PY
   tar -cf - -C .gpu-gdr/bin . | xz -9 -T1 >.gpu-gdr/bin.tar.xz
   rm -rf .gpu-gdr/bin
 fi
+# The criterion bench of gdr.chunk_prefill (library dispatch, per DELTAKIT_GDR_PREFILL: step `benchpipes`).
+rm -f .gpu-gdr/bench_gdr_chunk_prefill.xz
+if [ -n "${GDR_BUNDLE_BENCH:-}" ]; then
+  bjson="$(mktemp)"
+  cargo bench --features cuda --bench gdr_chunk_prefill --no-run --message-format=json-render-diagnostics >"$bjson"
+  exe=$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    try: m = json.loads(l)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gdr_chunk_prefill" and "bench" in m["target"]["kind"]: print(m["executable"])' "$bjson" | tail -n 1)
+  rm -f "$bjson"
+  cp "$exe" .gpu-gdr/bench_gdr_chunk_prefill && strip .gpu-gdr/bench_gdr_chunk_prefill || true
+  xz -9 -T1 -f .gpu-gdr/bench_gdr_chunk_prefill
+fi
 rm -f .gpu-gdr/libdk_gdr_decode.so
 if [ -z "${GDR_BUNDLE_NO_DECODE:-}" ]; then  # the decode rows of the harness (not needed for prefill / streaming)
   "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
@@ -76,7 +90,7 @@ PY
 "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
   -Itriton_aot/runtime -I"$gen" -I"$cu/include" -L"$cu/lib" -o .gpu-gdr/libdk_gdr_bench.so \
   "$gen"/dk_triton_*.c triton_aot/runtime/dk_triton_runtime.c tools/tune/conv1d_tune_lib.cu \
-  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/gdr/chunk_prefill_sm90.cu \
+  tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/gdr/chunk_prefill_sm90.cu csrc/gdr/chunk_prefill_fused_sm90.cu \
   csrc/common/status.cu -lpthread
 rm -rf "$gen"
 strip .gpu-gdr/*.so || true

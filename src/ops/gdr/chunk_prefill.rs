@@ -290,13 +290,28 @@ pub enum PrefillPipeline {
     /// sm90`, opt-in: matched the Triton state pass on an H200, 0.91x its time at 27B TP1, 1.13x at
     /// TP2). Needs a compute-capability 9.0 device ([`Error::Launch`] `DK_ERR_UNSUPPORTED` else).
     Sm90State,
+    /// The whole call as ONE sm_90a CUDA kernel (`csrc/gdr/chunk_prefill_fused_sm90.cu`,
+    /// `DELTAKIT_GDR_PREFILL=fused`, opt-in): per (sequence, value head, 64 value columns) one CTA
+    /// keeps the f32 state in registers across the sequence's chunks, builds `K K^T`, the
+    /// triangular inverse and `Q K^T` of the next chunk in four warps while four others run the
+    /// state-dependent products of the current one (mma.sync bf16, f32 accumulate, bf16 hi / lo
+    /// splits where the Triton pipeline splits); no workspace traffic. `K = 128` and `V` a multiple
+    /// of 64 on a compute-capability 9.0 device; every other case (and a device that is not
+    /// sm_90) runs [`PrefillPipeline::WsplitSplitz`] / [`PrefillPipeline::F32W`] as without it.
+    /// Kernel variant 1: chunk `c + 1`'s inputs are prefetched while chunk `c` is computed.
+    Fused,
+    /// [`PrefillPipeline::Fused`], kernel variant 0 (each chunk's inputs loaded once its stage is
+    /// free; `DELTAKIT_GDR_PREFILL=fused_v0`, for measurements).
+    FusedV0,
 }
 
 /// The `K = V = 128` pipeline [`chunk_prefill`] runs, from `DELTAKIT_GDR_PREFILL` (read once per
-/// process): `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90` select [`PrefillPipeline`]'s variants;
-/// unset or anything else runs the default ([`PrefillPipeline::WsplitSplitz`]). All variants
+/// process): `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90`, `fused`, `fused_v0` select
+/// [`PrefillPipeline`]'s variants;
+/// unset or anything else runs the default ([`PrefillPipeline::WsplitSplitz`]). The Triton variants
 /// compute the same products (bit-identical outputs and states on an H200, 2026-12-01); they
-/// differ in launches and bytes. H200, AOT cubins, 27B TP1 1 x 8192: f32w 1.480 ms, wsplit 1.415,
+/// differ in launches and bytes. The fused kernel computes the same chunkwise form with its own
+/// product order and splits (same tolerances; `tools/dev_fused_plan.py`). H200, AOT cubins, 27B TP1 1 x 8192: f32w 1.480 ms, wsplit 1.415,
 /// splitz 1.370, wsplit_splitz 1.306 (TP2 0.879 / 0.855 / 0.823 / 0.804 ms).
 #[must_use]
 pub fn pipeline_selected() -> PrefillPipeline {
@@ -312,9 +327,20 @@ pub fn pipeline_selected() -> PrefillPipeline {
             "splitz" => PrefillPipeline::Splitz,
             "wsplit_splitz" => PrefillPipeline::WsplitSplitz,
             "sm90" => PrefillPipeline::Sm90State,
+            "fused" => PrefillPipeline::Fused,
+            "fused_v0" => PrefillPipeline::FusedV0,
             _ => DEFAULT_PIPELINE,
         }
     })
+}
+
+/// `DELTAKIT_GDR_FUSED_VARIANT` (read once per process; measurements only): forces the fused
+/// kernel's variant (`csrc/gdr/chunk_prefill_fused_sm90.cu`: 0, 1, 3, 5, 7, 9; bit 1 prints a
+/// clock64 phase profile once per process, bit 2 uses MUFU exp for the decay factors, bit 3
+/// hands stages over with `bar.sync` on both sides). Unset or unparsable: none.
+fn fused_variant_override() -> Option<i32> {
+    static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("DELTAKIT_GDR_FUSED_VARIANT").ok()?.trim().parse().ok())
 }
 
 /// The pipeline of [`pipeline_selected`] when `DELTAKIT_GDR_PREFILL` selects none: the fastest at
@@ -357,7 +383,49 @@ struct StateSm90Params {
     init_mode: i32,
 }
 
+/// `DkGdrPrefillFusedParams` of `csrc/gdr/chunk_prefill_fused_sm90.h` (declared here, not through
+/// bindgen: the kernel is opt-in and its header is not part of `deltakit.h`).
+#[repr(C)]
+struct PrefillFusedParams {
+    q: u64,
+    k: u64,
+    v: u64,
+    g: u64,
+    beta: u64,
+    a: u64,
+    b: u64,
+    a_log: u64,
+    dt_bias: u64,
+    cu_seqlens: u64,
+    slots: u64,
+    init: u64,
+    state: u64,
+    out: u64,
+    num_tokens: i64,
+    num_seqs: i64,
+    num_slots: i64,
+    h_k: i64,
+    h_v: i64,
+    k_dim: i64,
+    v_dim: i64,
+    q_stride: i64,
+    k_stride: i64,
+    v_stride: i64,
+    ab_stride: i64,
+    use_l2: i32,
+    init_mode: i32,
+    fused: i32,
+    scale: f32,
+    variant: i32,
+}
+
 extern "C" {
+    /// `csrc/gdr/chunk_prefill_fused_sm90.cu`: the whole prefill in one sm_90a kernel (`K = 128`,
+    /// `V % 64 == 0`; `DK_ERR_UNSUPPORTED` with nothing enqueued otherwise or off sm_90).
+    fn dk_gdr_chunk_prefill_fused_sm90(
+        p: *const PrefillFusedParams,
+        stream: ffi::dk_stream_t,
+    ) -> ffi::dk_status;
     /// `csrc/gdr/chunk_prefill_sm90.cu`: the state pass for sm_90a (`K = V = 128`, W planes).
     fn dk_gdr_chunk_state_sm90(
         p: *const StateSm90Params,
@@ -707,6 +775,50 @@ pub fn chunk_prefill(
     let l2 = i32::from(opts.use_qk_l2norm);
     let scale = opts.scale.unwrap_or_else(|| 1.0 / (kd as f32).sqrt());
     let ns64 = validate::i64_of(OP, "state", num_slots)?;
+    let mut pipe = pipeline_selected();
+    if matches!(pipe, PrefillPipeline::Fused | PrefillPipeline::FusedV0) {
+        let prm = PrefillFusedParams {
+            q: qp,
+            k: kp,
+            v: vp,
+            g: gp,
+            beta: bp,
+            a: ap,
+            b: bbp,
+            a_log: alp,
+            dt_bias: dtp,
+            cu_seqlens: cup,
+            slots: slp,
+            init: initp,
+            state: stp,
+            out: op,
+            num_tokens: t64,
+            num_seqs: n64,
+            num_slots: ns64,
+            h_k: h_k as i64,
+            h_v: h_v as i64,
+            k_dim: kd as i64,
+            v_dim: vd as i64,
+            q_stride: qs64,
+            k_stride: ks64,
+            v_stride: vs64,
+            ab_stride: abs64,
+            use_l2: l2,
+            init_mode,
+            fused,
+            scale,
+            variant: fused_variant_override()
+                .unwrap_or_else(|| i32::from(pipe == PrefillPipeline::Fused)),
+        };
+        // SAFETY: as for the launches below (pointers live in the stream's context, lengths and
+        // strides checked above); the kernel clamps cu_seqlens and treats bad slots as padding.
+        // DK_ERR_UNSUPPORTED (K != 128, V % 64 != 0, not sm_90) enqueues nothing: the Triton
+        // pipeline runs instead.
+        match unsafe { dk_gdr_chunk_prefill_fused_sm90(&raw const prm, s) } {
+            ffi::dk_status::DK_ERR_UNSUPPORTED => pipe = DEFAULT_PIPELINE,
+            st => return check(OP, st),
+        }
+    }
     // SAFETY (all launches): every pointer is a live device allocation in the stream's context
     // (checked above), sized for the shapes passed (lengths and the workspace layout checked
     // above) and borrowed until the launches are enqueued. The kernels clamp cu_seqlens to
@@ -734,18 +846,15 @@ pub fn chunk_prefill(
         // K = V = 128 pipelines (pipeline_selected): W planes (the w region holds bf16
         // [T, H_v, 2, K], same bytes) and / or the W/U pass over grid z (z = 0: W, z = 1: U).
         let narrow = n.saturating_mul(h_v) <= STATE_NARROW_MAX_ROWS;
-        let (wu, wu_z, state_fn, state_bv) = match (kern.wsplit, pipeline_selected()) {
+        let (wu, wu_z, state_fn, state_bv) = match (kern.wsplit, pipe) {
             (
                 Some(ws),
                 PrefillPipeline::Wsplit
                 | PrefillPipeline::WsplitSplitz
                 | PrefillPipeline::Sm90State,
             ) => {
-                let (wu, z) = if pipeline_selected() == PrefillPipeline::Wsplit {
-                    (ws.wu, 1)
-                } else {
-                    (ws.wu_splitz, 2)
-                };
+                let (wu, z) =
+                    if pipe == PrefillPipeline::Wsplit { (ws.wu, 1) } else { (ws.wu_splitz, 2) };
                 if narrow {
                     (wu, z, ws.state_bv16, STATE_BV_NARROW)
                 } else {
@@ -762,7 +871,7 @@ pub fn chunk_prefill(
                 t64, ns64, hk32, hv32, ks64, vs64, l2,
             ),
         )?;
-        if kern.wsplit.is_some() && pipeline_selected() == PrefillPipeline::Sm90State {
+        if kern.wsplit.is_some() && pipe == PrefillPipeline::Sm90State {
             let prm = StateSm90Params {
                 k: kp,
                 w,

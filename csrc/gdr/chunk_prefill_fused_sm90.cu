@@ -1,0 +1,755 @@
+// gdr.chunk_prefill for sm_90a as ONE fused kernel (issue 15 item 1, session 4): per (sequence, value head, 64 value
+// columns) one CTA walks the sequence's 64-token chunks with the f32 state resident in registers; nothing but q / k / v
+// / gates in and o / the final state out (no workspace, no W / U / h round trips through global memory).
+// Opt-in in the library (DELTAKIT_GDR_PREFILL=fused); the algorithm and its operand precisions are emulated on the CPU
+// by tools/dev_fused_plan.py against a float64 token recurrence.
+//
+// Algorithm (value columns transposed: the CTA holds S^T [BV = 64, K = 128]; per chunk, rows t / s = tokens):
+//   gating (precomputed or fused, clamped at -64), gc = chunk-local inclusive cumsum, rn = q / k L2-norm factors;
+//   A   = beta_t rn_t rn_s e^{gc_t - gc_s} (k_t . k_s)  (s < t)     K raw bf16 (exact), f32 accumulate
+//   Tm  = (I + A)^-1: 16 x 16 diagonal blocks by f32 forward substitution, off-diagonal blocks
+//         Tm_ij = -D_i sum_m A_im Tm_mj as bf16 hi / lo products (three; ~2^-16)
+//   Tb  = Tm diag(beta) -> bf16 hi / lo;   P = rn_q scale rn_k e^{gc_t - gc_s} (q_t . k_s) (s <= t) -> bf16
+//   X^T = S^T K^T                    (S^T as bf16 hi + lo: two products)
+//   E^T = V^T - X^T diag(e^{gc} rn_k)                       (= (beta-less) V - W S folded: W = Tb diag(e^gc rn) K)
+//   v^T = E^T Tb^T                   (E hi / lo x Tb hi / lo: three products)         v = U - W S of the WY form
+//   O^T = (S_hi^T Q^T) diag(rn_q scale e^{gc}) + v_hi^T P^T
+//   S^T = e^{g_last} S^T + (v^T diag(e^{g_last - gc} rn_k)) K      (hi / lo of the scaled v: two products)
+// Warp roles (256 threads, one CTA per SM): warps 4-7 ("local") load chunk c's K, Q, V tile (cp.async, swizzled) and
+// gates and compute the chunk-local part (gating, norms, A, P, Tm, Tb) into stage c % 2 while warps 0-3 ("state",
+// 16 value columns each, S^T 16 x 128 f32 = 64 registers a thread) run the state-dependent part of chunk c - 1.
+// Hand-off by named barriers: FULL[st] (local arrive, state sync) and EMPTY[st] (state arrive, local sync).
+// Variants (same results): 0 = the local warps load chunk c's K / Q / V once stage c % 2 is free (2 x 66 KB stages);
+// 1 = three input buffers, chunk c + 1's K / Q / V (cp.async) and gates (registers) are in flight while the local
+// warps compute chunk c (227,840 B of shared memory). The library runs 1 (DELTAKIT_GDR_PREFILL=fused; fused_v0: 0).
+// All tensor-core work is mma.sync m16n8k16 bf16 -> f32 with ldmatrix operands (accumulator -> A-operand reuse keeps
+// S, E, v in registers).
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "../common/launch.cuh"
+#include "chunk_prefill_fused_sm90.h"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DK_GDR_FUSED_SM90A 1
+#endif
+
+namespace dk {
+namespace gdr_fused {
+
+constexpr int kK = 128;   // key head dim
+constexpr int kBV = 64;   // value columns per CTA
+constexpr int kThreads = 256;
+
+// Shared memory (bytes). Input buffer of a chunk: K, Q bf16 [64][128] (256-byte rows), V tile bf16 [64][64]
+// (128-byte rows). Stage of a chunk (local -> state warps): Tb hi / lo, P bf16 [64][64] (128-byte rows), then f32 [64]
+// vectors. 16-byte chunks XOR-swizzled by (row & 7). VAR 0: two stages, each [input | rest], the local warps load a
+// chunk after its stage is free; VAR 1: three input buffers (chunk c in c % 3) + two stage rests, the local warps
+// prefetch chunk c + 1's input (and gates) while they compute chunk c.
+enum Vec { kGpart = 0, kBeta, kGc, kRnk, kRnq, kXsc, kQsc, kKdec, kMisc, kNumVec };
+constexpr uint32_t kInBytes = 40960;                    // K 16 KB + Q 16 KB + V 8 KB
+constexpr uint32_t kRVec = 24576;                       // vectors within a stage rest
+constexpr uint32_t kStRest = kRVec + kNumVec * 256;     // 26880
+constexpr int kLd = 72;
+constexpr int kLdX = 24;
+constexpr uint32_t kTail = 2 * 64 * kLd * 4 + 4 * 16 * kLdX * 4 + 4 * 64 * 32;  // A, Tm, X, O staging
+template <int VAR>
+struct Lay {
+  static constexpr int kNin = VAR ? 3 : 2;                                      // input buffers
+  static constexpr uint32_t kInStride = VAR ? kInBytes : kInBytes + kStRest;    // between input buffers
+  static constexpr uint32_t kSt0 = VAR ? 3 * kInBytes : kInBytes;               // stage rest 0
+  static constexpr uint32_t kStStride = VAR ? kStRest : kInBytes + kStRest;     // between stage rests
+  static constexpr uint32_t kOA = VAR ? 3 * kInBytes + 2 * kStRest : 2 * (kInBytes + kStRest);  // f32 A [64][72]
+  static constexpr uint32_t kOT = kOA + 64 * kLd * 4;       // f32 Tm [64][72]
+  static constexpr uint32_t kOX = kOT + 64 * kLd * 4;       // 4 x f32 [16][24] (per local warp)
+  static constexpr uint32_t kOO = kOX + 4 * 16 * kLdX * 4;  // 4 x bf16 [64][16] (per state warp: output staging)
+  static constexpr uint32_t kSmem = kOA + kTail;            // VAR 0: 186880, VAR 1: 227840
+};
+static_assert(Lay<0>::kSmem == 186880 && Lay<1>::kSmem == 227840 && Lay<1>::kSmem <= 232448, "shared memory plan");
+static_assert(kStRest % 128 == 0 && kInBytes % 128 == 0, "alignment");
+
+// Device-only constants; the front end reports the ones only templates use as unreferenced (#177).
+#pragma nv_diag_suppress 177
+#ifdef __CUDA_ARCH__
+constexpr int kC = 64;  // chunk tokens
+constexpr float kGFloor = 64.f;
+constexpr uint32_t kOK = 0;       // within an input buffer
+constexpr uint32_t kOQ = 16384;
+constexpr uint32_t kOV = 32768;
+constexpr uint32_t kOTh = 0;      // within a stage rest
+constexpr uint32_t kOTl = 8192;
+constexpr uint32_t kOP = 16384;
+static_assert(kOP + 8192 == kRVec, "stage layout");
+// Named barriers (0 is __syncthreads).
+constexpr int kBarFull = 1;   // + stage
+constexpr int kBarEmpty = 3;  // + stage
+constexpr int kBarLocal = 5;
+#endif
+
+struct Args {
+  DkGdrPrefillFusedParams p;
+};
+
+// Profiling variants (VAR & 2): one printout per process and role (CTA (0, 0, 0), warps 0 and 4).
+__device__ int g_fused_prof_printed[2];
+
+#ifdef DK_GDR_FUSED_SM90A
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf(float x, float y) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+// (x, y) -> bf16 hi pair and lo pair with hi + lo = (x, y) to ~2^-17.
+__device__ __forceinline__ void split2(float x, float y, uint32_t& hi, uint32_t& lo) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  float2 hf = __bfloat1622float2(h);
+  __nv_bfloat162 l = __floats2bfloat162_rn(x - hf.x, y - hf.y);
+  hi = *reinterpret_cast<uint32_t*>(&h);
+  lo = *reinterpret_cast<uint32_t*>(&l);
+}
+__device__ __forceinline__ float2 unpack_bf(uint32_t u) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u));
+}
+// exp(x) of a decay exponent x <= 0, flushed to 0 at or below -(kGFloor - 1) and for NaN (Triton _dexp).
+// FAST: MUFU ex2 (__expf, ~2 ulp), as Triton's tl.exp; else the libdevice expf.
+template <bool FAST = false>
+__device__ __forceinline__ float dexp(float x) {
+  if constexpr (FAST) {
+    return x > 1.f - kGFloor ? __expf(x) : 0.f;
+  } else {
+    return x > 1.f - kGFloor ? expf(x) : 0.f;
+  }
+}
+
+
+// ldmatrix lane addresses. Tiles are row-major with `rb` bytes a row, 16-byte chunks swizzled by (row & 7).
+__device__ __forceinline__ uint32_t swz(uint32_t base, int row, int col, int rb) {
+  return base + uint32_t(row * rb) + (uint32_t(((col >> 3) ^ (row & 7))) << 4);
+}
+// B operand (n-tiles n0, n0 + 8; k0 .. k0 + 15) from a tile stored [n][k].
+__device__ __forceinline__ uint32_t a_b_nk(uint32_t base, int n0, int k0, int rb, int lane) {
+  return swz(base, n0 + ((lane >> 4) << 3) + (lane & 7), k0 + (((lane >> 3) & 1) << 3), rb);
+}
+// A operand (rows m0 .. m0 + 15, k0 .. k0 + 15) from a tile stored [m][k].
+__device__ __forceinline__ uint32_t a_a_mk(uint32_t base, int m0, int k0, int rb, int lane) {
+  return swz(base, m0 + (((lane >> 3) & 1) << 3) + (lane & 7), k0 + ((lane >> 4) << 3), rb);
+}
+// B operand (n-tiles n0, n0 + 8; k0 .. k0 + 15) from a tile stored [k][n] (.trans).
+__device__ __forceinline__ uint32_t a_b_kn(uint32_t base, int k0, int n0, int rb, int lane) {
+  return swz(base, k0 + (((lane >> 3) & 1) << 3) + (lane & 7), n0 + ((lane >> 4) << 3), rb);
+}
+// A operand (rows m0 .. m0 + 15, k0 .. k0 + 15) from a tile stored [k][m] (.trans).
+__device__ __forceinline__ uint32_t a_a_km(uint32_t base, int k0, int m0, int rb, int lane) {
+  return swz(base, k0 + ((lane >> 4) << 3) + (lane & 7), m0 + (((lane >> 3) & 1) << 3), rb);
+}
+
+// acc[2][4] (16 x 16) += A (f32, [16][lda], row-major) x B (f32, [16][ldb] stored [k][n]) as three bf16 products.
+__device__ __forceinline__ void mm16_f32(float (&acc)[2][4], const float* A, int lda, const float* B, int ldb, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  uint32_t ah[4], al[4];
+  const float2 x0 = *reinterpret_cast<const float2*>(A + g * lda + 2 * q);
+  const float2 x1 = *reinterpret_cast<const float2*>(A + (g + 8) * lda + 2 * q);
+  const float2 x2 = *reinterpret_cast<const float2*>(A + g * lda + 2 * q + 8);
+  const float2 x3 = *reinterpret_cast<const float2*>(A + (g + 8) * lda + 2 * q + 8);
+  split2(x0.x, x0.y, ah[0], al[0]);
+  split2(x1.x, x1.y, ah[1], al[1]);
+  split2(x2.x, x2.y, ah[2], al[2]);
+  split2(x3.x, x3.y, ah[3], al[3]);
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int n = 8 * nt + g;
+    uint32_t bh0, bl0, bh1, bl1;
+    split2(B[(2 * q) * ldb + n], B[(2 * q + 1) * ldb + n], bh0, bl0);
+    split2(B[(2 * q + 8) * ldb + n], B[(2 * q + 9) * ldb + n], bh1, bl1);
+    mma(acc[nt], ah, bh0, bh1);
+    mma(acc[nt], ah, bl0, bl1);
+    mma(acc[nt], al, bh0, bh1);
+  }
+}
+#endif  // DK_GDR_FUSED_SM90A
+
+// VAR bits: 1 = prefetch (Lay<1>); 2 = clock64 phase profile printed once per process (measurements only);
+// 4 = MUFU exp for the decay factors; 8 = FULL hand-off by bar.sync on both sides (racecheck experiment).
+template <int VAR>
+__global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
+#ifdef DK_GDR_FUSED_SM90A
+  constexpr bool kPre = (VAR & 1) != 0, kProf = (VAR & 2) != 0, kFast = (VAR & 4) != 0, kSyncFull = (VAR & 8) != 0;
+  using Y = Lay<VAR & 1>;
+  long long tp = 0, ph[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+#define DK_MARK(i)                  \
+  if constexpr (kProf) {            \
+    const long long now = clock64(); \
+    ph[i] += now - tp;              \
+    tp = now;                       \
+  }
+  const DkGdrPrefillFusedParams& p = args.p;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int64_t seq = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int col0 = blockIdx.z * kBV;
+  const int64_t HV = p.h_v, V = p.v_dim, T = p.num_tokens;
+  const int hk = int(hv / (HV / p.h_k));
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  int64_t bos = cu[seq], eos = cu[seq + 1];
+  bos = bos < 0 ? 0 : (bos > T ? T : bos);
+  eos = eos < bos ? bos : (eos > T ? T : eos);
+  const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
+  const bool live = slot >= 0 && slot < p.num_slots;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  if (!live) {  // padding sequence: zero output rows, state untouched
+    const int64_t chunks = (eos - bos) * (kBV / 8);
+    for (int64_t i = tid; i < chunks; i += kThreads) {
+      const int64_t t = bos + i / (kBV / 8);
+      const int ch = int(i % (kBV / 8));
+      *reinterpret_cast<uint4*>(out + (t * HV + hv) * V + col0 + 8 * ch) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int64_t nc = (eos - bos + kC - 1) / kC;
+  const uint32_t sbase = smem_u32(smem);
+
+  if (warp >= 4) {
+    // ----------------------------------------------------------------- local warps: chunk-local part, one ahead
+    const int lt = tid - 128, lw = warp - 4;
+    const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
+    const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
+    const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(p.v);
+    float* sA = reinterpret_cast<float*>(smem + Y::kOA);
+    float* sT = reinterpret_cast<float*>(smem + Y::kOT);
+    float* sX = reinterpret_cast<float*>(smem + Y::kOX) + lw * 16 * kLdX;
+    const float a_log_e = p.fused ? -expf(reinterpret_cast<const float*>(p.a_log)[hv]) : 0.f;
+    const float dtb = p.fused ? reinterpret_cast<const float*>(p.dt_bias)[hv] : 0.f;
+    // cp.async of chunk cc's K, Q rows (16 chunks of 16 B each) and V tile rows (8 chunks) into input buffer
+    // cc % kNin; rows past eos are zero-filled (nothing read).
+    auto load_chunk = [&](int64_t cc) {
+      const uint32_t sin = sbase + uint32_t(cc % Y::kNin) * Y::kInStride;
+      const int64_t t0 = bos + cc * kC;
+      const int n = int(eos - t0 < kC ? eos - t0 : kC);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+        const int rr = row < n ? row : 0;
+        const uint32_t bytes = row < n ? 16u : 0u;
+        const uint32_t off = uint32_t(row * 256) + (uint32_t((ch ^ (row & 7))) << 4);
+        cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
+        cp_async16(sin + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
+        const int rr = row < n ? row : 0;
+        const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
+        cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + col0 + ch * 8, row < n ? 16u : 0u);
+      }
+    };
+    // Raw gate inputs of row lt (< 64) of chunk cc: (a, b) fused or (g, beta); (0, 0) past eos.
+    auto load_gate = [&](int64_t cc) -> float2 {
+      const int64_t t = bos + cc * kC + lt;
+      if (lt >= 64 || cc >= nc || t >= eos) return make_float2(0.f, 0.f);
+      if (p.fused) {
+        const __nv_bfloat16* ap = reinterpret_cast<const __nv_bfloat16*>(p.a);
+        const __nv_bfloat16* bp = reinterpret_cast<const __nv_bfloat16*>(p.b);
+        return make_float2(__bfloat162float(ap[t * p.ab_stride + hv]), __bfloat162float(bp[t * p.ab_stride + hv]));
+      }
+      return make_float2(reinterpret_cast<const float*>(p.g)[t * HV + hv],
+                         reinterpret_cast<const float*>(p.beta)[t * HV + hv]);
+    };
+    if (kPre && nc > 0) {
+      load_chunk(0);
+      cp_async_commit();
+    }
+    float2 graw = load_gate(0);
+    if constexpr (kProf) tp = clock64();
+    const long long tstart = tp;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int st = int(c & 1);
+      unsigned char* stg = smem + Y::kSt0 + st * Y::kStStride;
+      const uint32_t sin = sbase + uint32_t(c % Y::kNin) * Y::kInStride;
+      const unsigned char* gin = smem + uint32_t(c % Y::kNin) * Y::kInStride;
+      float* vec = reinterpret_cast<float*>(stg + kRVec);
+      if (c >= 2) bar_sync(kBarEmpty + st, 256);
+      DK_MARK(0)
+      const int64_t t0 = bos + c * kC;
+      const int n = int(eos - t0 < kC ? eos - t0 : kC);
+      if (!kPre) {
+        load_chunk(c);
+      } else if (c + 1 < nc) {
+        load_chunk(c + 1);  // its buffer held chunk c - 2, whose stage the EMPTY wait above freed
+      }
+      cp_async_commit();
+      const float2 gcur = graw;
+      graw = load_gate(c + 1);  // used next iteration: the load latency hides behind this chunk
+      if (lt < 64) {  // gating of row lt + inclusive scan (warps 4, 5)
+        const bool valid = lt < n;
+        float gg = 0.f, be = 0.f;
+        if (valid) {
+          if (p.fused) {
+            const float x = gcur.x + dtb;
+            const float e = expf(fminf(x, 20.f));
+            const float one_e = 1.f + e;
+            const float lp = one_e == 1.f ? e : logf(one_e) * (e / (one_e == 1.f ? 1.f : one_e - 1.f));
+            const float sp = x > 20.f ? x : lp;
+            gg = a_log_e * sp;
+            be = 1.f / (1.f + expf(-gcur.y));
+          } else {
+            gg = gcur.x;
+            be = gcur.y;
+          }
+          gg = gg > -kGFloor ? gg : -kGFloor;
+        }
+        float sc = gg;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const float y = __shfl_up_sync(0xffffffffu, sc, o);
+          if (lane >= o) sc += y;
+        }
+        vec[kGpart * 64 + lt] = sc;
+        vec[kBeta * 64 + lt] = be;
+      }
+      DK_MARK(1)
+      if (!kPre) {
+        cp_async_wait_all();
+      } else {
+        asm volatile("cp.async.wait_group 1;" ::: "memory");  // chunk c's group (c + 1's may stay in flight)
+      }
+      bar_sync(kBarLocal, 128);
+      DK_MARK(2)
+      {  // norms and per-row factors: lt < 64 key row lt, else query row lt - 64
+        const int row = lt & 63;
+        const unsigned char* tile = gin + (lt < 64 ? kOK : kOQ) + row * 256;
+        float ss = 0.f;
+#pragma unroll
+        for (int ch = 0; ch < 16; ++ch) {
+          const uint4 u = *reinterpret_cast<const uint4*>(tile + 16 * ch);
+          const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float2 f = unpack_bf(w[j]);
+            ss += f.x * f.x + f.y * f.y;
+          }
+        }
+        const float rn = p.use_l2 ? rsqrtf(ss + 1e-6f) : 1.f;
+        const float gc = vec[kGpart * 64 + row] + (row >= 32 ? vec[kGpart * 64 + 31] : 0.f);
+        const float glast = vec[kGpart * 64 + 63] + vec[kGpart * 64 + 31];
+        const bool valid = row < n;
+        if (lt < 64) {
+          vec[kGc * 64 + row] = gc;
+          vec[kRnk * 64 + row] = rn;
+          vec[kXsc * 64 + row] = valid ? dexp<kFast>(gc) * rn : 0.f;
+          vec[kKdec * 64 + row] = valid ? dexp<kFast>(glast - gc) * rn : 0.f;
+          if (row == 0) vec[kMisc * 64] = dexp<kFast>(glast);
+        } else {
+          const float rq = rn * p.scale;
+          vec[kRnq * 64 + row] = rq;
+          vec[kQsc * 64 + row] = valid ? rq * dexp<kFast>(gc) : 0.f;
+        }
+      }
+      bar_sync(kBarLocal, 128);
+      DK_MARK(3)
+      {  // A = K K^T and P = Q K^T for rows 16 lw .. 16 lw + 15 (column tiles up to the diagonal)
+        float a[8][4], pp[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) a[i][j] = pp[i][j] = 0.f;
+        const int m0 = 16 * lw;
+#pragma unroll
+        for (int kb = 0; kb < 8; ++kb) {
+          uint32_t ka[4], qa[4];
+          ldsm4(a_a_mk(sin + kOK, m0, 16 * kb, 256, lane), ka);
+          ldsm4(a_a_mk(sin + kOQ, m0, 16 * kb, 256, lane), qa);
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            if (np <= lw) {
+              uint32_t b[4];
+              ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
+              mma(a[2 * np], ka, b[0], b[1]);
+              mma(a[2 * np + 1], ka, b[2], b[3]);
+              mma(pp[2 * np], qa, b[0], b[1]);
+              mma(pp[2 * np + 1], qa, b[2], b[3]);
+            }
+          }
+        }
+        DK_MARK(4)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int t = m0 + g + 8 * h;
+          const float bt = vec[kBeta * 64 + t] * vec[kRnk * 64 + t];
+          const float rq = vec[kRnq * 64 + t];
+          const float gct = vec[kGc * 64 + t];
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            const int s = 8 * nt + 2 * q;
+            float av[2], pv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float rks = vec[kRnk * 64 + s + e];
+              const float dx = (s + e <= t) ? dexp<kFast>(gct - vec[kGc * 64 + s + e]) : 0.f;
+              av[e] = (s + e < t) ? a[nt][2 * h + e] * bt * rks * dx : 0.f;
+              pv[e] = (s + e <= t) ? pp[nt][2 * h + e] * rq * rks * dx : 0.f;
+            }
+            *reinterpret_cast<float2*>(sA + t * kLd + s) = make_float2(av[0], av[1]);
+            *reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2) =
+                pack_bf(pv[0], pv[1]);
+          }
+        }
+      }
+      bar_sync(kBarLocal, 128);
+      DK_MARK(5)
+      {  // diagonal blocks: warp lw inverts block lw (lane c < 16 owns column c)
+        const int cidx = lane & 15;
+        const float* Ab = sA + (16 * lw) * kLd + 16 * lw;
+        float col[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          float x = (i == cidx) ? 1.f : 0.f;
+#pragma unroll
+          for (int m = 0; m < i; ++m) x -= Ab[i * kLd + m] * col[m];
+          col[i] = x;
+        }
+        if (lane < 16) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) sT[(16 * lw + i) * kLd + 16 * lw + cidx] = col[i];
+        }
+      }
+      bar_sync(kBarLocal, 128);
+      DK_MARK(6)
+#pragma unroll 1
+      for (int lvl = 1; lvl < 4; ++lvl) {  // Tm_ij = -D_i sum_{j <= m < i} A_im Tm_mj, i - j = lvl
+        const int j = lw, i = lw + lvl;
+        if (i < 4) {
+          float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+          for (int m = j; m < i; ++m)
+            mm16_f32(acc, sA + (16 * i) * kLd + 16 * m, kLd, sT + (16 * m) * kLd + 16 * j, kLd, lane);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            sX[g * kLdX + 8 * nt + 2 * q] = acc[nt][0];
+            sX[g * kLdX + 8 * nt + 2 * q + 1] = acc[nt][1];
+            sX[(g + 8) * kLdX + 8 * nt + 2 * q] = acc[nt][2];
+            sX[(g + 8) * kLdX + 8 * nt + 2 * q + 1] = acc[nt][3];
+          }
+          __syncwarp();
+          float r[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+          mm16_f32(r, sT + (16 * i) * kLd + 16 * i, kLd, sX, kLdX, lane);
+          float* dst = sT + (16 * i) * kLd + 16 * j;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            *reinterpret_cast<float2*>(dst + g * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][0], -r[nt][1]);
+            *reinterpret_cast<float2*>(dst + (g + 8) * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][2], -r[nt][3]);
+          }
+          __syncwarp();
+        }
+        bar_sync(kBarLocal, 128);
+      }
+      DK_MARK(7)
+      // Tb = Tm diag(beta) (lower triangle incl. the diagonal) -> bf16 hi / lo tiles of the stage.
+#pragma unroll
+      for (int it = 0; it < 4; ++it) {
+        const int idx = lt + 128 * it, t = idx >> 3, ch = idx & 7, s0 = ch * 8;
+        const float4 u0 = *reinterpret_cast<const float4*>(sT + t * kLd + s0);
+        const float4 u1 = *reinterpret_cast<const float4*>(sT + t * kLd + s0 + 4);
+        const float x[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int s = s0 + 2 * e;
+          const float y0 = s <= t ? x[2 * e] * vec[kBeta * 64 + s] : 0.f;
+          const float y1 = s + 1 <= t ? x[2 * e + 1] * vec[kBeta * 64 + s + 1] : 0.f;
+          split2(y0, y1, hi[e], lo[e]);
+        }
+        const uint32_t off = uint32_t(t * 128) + (uint32_t((ch ^ (t & 7))) << 4);
+        *reinterpret_cast<uint4*>(stg + kOTh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(stg + kOTl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
+      if constexpr (kSyncFull) {
+        bar_sync(kBarFull + st, 256);
+      } else {
+        bar_arrive(kBarFull + st, 256);
+      }
+      DK_MARK(8)
+    }
+    if constexpr (kProf) {
+      if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && lt == 0 && nc >= 64 &&
+          atomicAdd(&g_fused_prof_printed[1], 1) == 0)
+        printf("fused-prof local nc=%lld cycles/chunk: wait_empty %lld issue+gates %lld cp_wait %lld norms %lld "
+               "kkt_mma %lld kkt_epilogue %lld diag_inv %lld levels %lld tb+arrive %lld total %lld\n",
+               (long long)nc, ph[0] / nc, ph[1] / nc, ph[2] / nc, ph[3] / nc, ph[4] / nc, ph[5] / nc, ph[6] / nc,
+               ph[7] / nc, ph[8] / nc, (clock64() - tstart) / nc);
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------- state warps: S^T rows 16 sw .. 16 sw + 15
+  const int sw = warp;
+  float s[16][4];
+  float* sp = reinterpret_cast<float*>(p.state) + (slot * HV + hv) * (int64_t(kK) * V) + col0;
+  bool read = p.init_mode == 1;
+  if (p.init_mode == 2) read = reinterpret_cast<const int*>(p.init)[seq] != 0;
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
+      s[nt][i] = read ? sp[int64_t(k) * V + v] : 0.f;
+    }
+  unsigned char* so = smem + Y::kOO + sw * 2048;
+  if constexpr (kProf) tp = clock64();
+  const long long tstart = tp;
+  for (int64_t c = 0; c < nc; ++c) {
+    const int st = int(c & 1);
+    const unsigned char* stg = smem + Y::kSt0 + st * Y::kStStride;
+    const uint32_t sstg = sbase + Y::kSt0 + st * Y::kStStride;
+    const uint32_t sin = sbase + uint32_t(c % Y::kNin) * Y::kInStride;
+    const float* vec = reinterpret_cast<const float*>(stg + kRVec);
+    const int64_t t0 = bos + c * kC;
+    const int n = int(eos - t0 < kC ? eos - t0 : kC);
+    bar_sync(kBarFull + st, 256);
+    DK_MARK(0)
+    float x[8][4], o[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[i][j] = o[i][j] = 0.f;
+    // X^T = S^T K^T (S hi + lo), O^T = S_hi^T Q^T.
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      uint32_t ah[4], al[4];
+      split2(s[2 * kb][0], s[2 * kb][1], ah[0], al[0]);
+      split2(s[2 * kb][2], s[2 * kb][3], ah[1], al[1]);
+      split2(s[2 * kb + 1][0], s[2 * kb + 1][1], ah[2], al[2]);
+      split2(s[2 * kb + 1][2], s[2 * kb + 1][3], ah[3], al[3]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
+        mma(x[2 * np], ah, b[0], b[1]);
+        mma(x[2 * np + 1], ah, b[2], b[3]);
+        mma(x[2 * np], al, b[0], b[1]);
+        mma(x[2 * np + 1], al, b[2], b[3]);
+        ldsm4(a_b_nk(sin + kOQ, 16 * np, 16 * kb, 256, lane), b);
+        mma(o[2 * np], ah, b[0], b[1]);
+        mma(o[2 * np + 1], ah, b[2], b[3]);
+      }
+    }
+    DK_MARK(1)
+    // E^T = V^T - X^T diag(xsc) (in x).
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t vr[4];
+      ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int nt = 2 * kb + hh;
+        const float2 xs = *reinterpret_cast<const float2*>(vec + kXsc * 64 + 8 * nt + 2 * q);
+        const float2 v0 = unpack_bf(vr[2 * hh]), v1 = unpack_bf(vr[2 * hh + 1]);
+        x[nt][0] = v0.x - x[nt][0] * xs.x;
+        x[nt][1] = v0.y - x[nt][1] * xs.y;
+        x[nt][2] = v1.x - x[nt][2] * xs.x;
+        x[nt][3] = v1.y - x[nt][3] * xs.y;
+      }
+    }
+    DK_MARK(2)
+    // v^T = E^T Tb^T (three products; Tb lower triangular: s-block kb <= t-block np).
+    float vn[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) vn[i][j] = 0.f;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t eh[4], el[4];
+      split2(x[2 * kb][0], x[2 * kb][1], eh[0], el[0]);
+      split2(x[2 * kb][2], x[2 * kb][3], eh[1], el[1]);
+      split2(x[2 * kb + 1][0], x[2 * kb + 1][1], eh[2], el[2]);
+      split2(x[2 * kb + 1][2], x[2 * kb + 1][3], eh[3], el[3]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (kb <= np) {
+          uint32_t th[4], tl[4];
+          ldsm4(a_b_nk(sstg + kOTh, 16 * np, 16 * kb, 128, lane), th);
+          ldsm4(a_b_nk(sstg + kOTl, 16 * np, 16 * kb, 128, lane), tl);
+          mma(vn[2 * np], eh, th[0], th[1]);
+          mma(vn[2 * np + 1], eh, th[2], th[3]);
+          mma(vn[2 * np], eh, tl[0], tl[1]);
+          mma(vn[2 * np + 1], eh, tl[2], tl[3]);
+          mma(vn[2 * np], el, th[0], th[1]);
+          mma(vn[2 * np + 1], el, th[2], th[3]);
+        }
+      }
+    }
+    DK_MARK(3)
+    // O^T = O^T diag(qsc) + v_hi^T P^T.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float2 qs = *reinterpret_cast<const float2*>(vec + kQsc * 64 + 8 * nt + 2 * q);
+      o[nt][0] *= qs.x;
+      o[nt][1] *= qs.y;
+      o[nt][2] *= qs.x;
+      o[nt][3] *= qs.y;
+    }
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t a[4];
+      a[0] = pack_bf(vn[2 * kb][0], vn[2 * kb][1]);
+      a[1] = pack_bf(vn[2 * kb][2], vn[2 * kb][3]);
+      a[2] = pack_bf(vn[2 * kb + 1][0], vn[2 * kb + 1][1]);
+      a[3] = pack_bf(vn[2 * kb + 1][2], vn[2 * kb + 1][3]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (kb <= np) {
+          uint32_t b[4];
+          ldsm4(a_b_nk(sstg + kOP, 16 * np, 16 * kb, 128, lane), b);
+          mma(o[2 * np], a, b[0], b[1]);
+          mma(o[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    DK_MARK(4)
+    // Output: stage [64 t][16 v] bf16 per warp, then 16-byte rows to global.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int t = 8 * nt + 2 * q;
+      __nv_bfloat16* r0 = reinterpret_cast<__nv_bfloat16*>(so + t * 32);
+      __nv_bfloat16* r1 = reinterpret_cast<__nv_bfloat16*>(so + (t + 1) * 32);
+      r0[g] = __float2bfloat16_rn(o[nt][0]);
+      r1[g] = __float2bfloat16_rn(o[nt][1]);
+      r0[g + 8] = __float2bfloat16_rn(o[nt][2]);
+      r1[g + 8] = __float2bfloat16_rn(o[nt][3]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = lane + 32 * i, row = idx >> 1, half = idx & 1;
+      if (row < n)
+        *reinterpret_cast<uint4*>(out + ((t0 + row) * HV + hv) * V + col0 + 16 * sw + 8 * half) =
+            *reinterpret_cast<const uint4*>(so + row * 32 + half * 16);
+    }
+    __syncwarp();
+    DK_MARK(5)
+    // S^T = e^{g_last} S^T + (v^T diag(kdec)) K  (two products).
+    const float gl = vec[kMisc * 64];
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nt][i] *= gl;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t wh[4], wl[4];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int nt = 2 * kb + hh;
+        const float2 kd = *reinterpret_cast<const float2*>(vec + kKdec * 64 + 8 * nt + 2 * q);
+        split2(vn[nt][0] * kd.x, vn[nt][1] * kd.y, wh[2 * hh], wl[2 * hh]);
+        split2(vn[nt][2] * kd.x, vn[nt][3] * kd.y, wh[2 * hh + 1], wl[2 * hh + 1]);
+      }
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b[4];
+        ldsm4t(a_b_kn(sin + kOK, 16 * kb, 16 * np, 256, lane), b);
+        mma(s[2 * np], wh, b[0], b[1]);
+        mma(s[2 * np + 1], wh, b[2], b[3]);
+        mma(s[2 * np], wl, b[0], b[1]);
+        mma(s[2 * np + 1], wl, b[2], b[3]);
+      }
+    }
+    if (c + 2 < nc) bar_arrive(kBarEmpty + st, 256);
+    DK_MARK(6)
+  }
+  if constexpr (kProf) {
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0 && nc >= 64 &&
+        atomicAdd(&g_fused_prof_printed[0], 1) == 0)
+      printf("fused-prof state nc=%lld cycles/chunk: wait_full %lld X+QS %lld E %lld v %lld O %lld store %lld "
+             "S_update %lld total %lld\n",
+             (long long)nc, ph[0] / nc, ph[1] / nc, ph[2] / nc, ph[3] / nc, ph[4] / nc, ph[5] / nc, ph[6] / nc,
+             (clock64() - tstart) / nc);
+  }
+#undef DK_MARK
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
+      sp[int64_t(k) * V + v] = s[nt][i];
+    }
+#endif  // DK_GDR_FUSED_SM90A
+}
+
+}  // namespace gdr_fused
+}  // namespace dk
+
+namespace {
+template <int VAR>
+dk_status launch(dim3 grid, const dk::gdr_fused::Args& a, cudaStream_t s) {
+  using namespace dk::gdr_fused;
+  if (cudaFuncSetAttribute(fused_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(Lay<VAR & 1>::kSmem)) != cudaSuccess)
+    return dk::launch_status();
+  fused_kernel<VAR><<<grid, kThreads, Lay<VAR & 1>::kSmem, s>>>(a);
+  return dk::launch_status();
+}
+}  // namespace
+
+extern "C" dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedParams* p, dk_stream_t stream) {
+  using namespace dk::gdr_fused;
+  if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
+  if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0) return DK_ERR_UNSUPPORTED;
+  if (p->variant < 0 || p->variant > 15) return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
+    return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
+  if (p->q % 16 || p->k % 16 || p->v % 16 || p->out % 16 || p->state % 16 || p->q_stride % 8 || p->k_stride % 8 ||
+      p->v_stride % 8)
+    return DK_ERR_INVALID_ARGUMENT;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return DK_ERR_CUDA;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) return DK_ERR_UNSUPPORTED;
+  if (p->num_seqs == 0) return DK_OK;
+  Args a{*p};
+  const dim3 grid(static_cast<unsigned>(p->num_seqs), static_cast<unsigned>(p->h_v),
+                  static_cast<unsigned>(p->v_dim / kBV));
+  auto* s = static_cast<cudaStream_t>(stream);
+  switch (p->variant) {
+    case 0: return launch<0>(grid, a, s);
+    case 1: return launch<1>(grid, a, s);
+    case 3: return launch<3>(grid, a, s);
+    case 5: return launch<5>(grid, a, s);
+    case 7: return launch<7>(grid, a, s);
+    case 9: return launch<9>(grid, a, s);
+    default: return DK_ERR_INVALID_ARGUMENT;  // variants 0, 1, 3, 5, 7, 9 are instantiated
+  }
+}

@@ -1,0 +1,33 @@
+/* gdr.chunk_prefill for sm_90a as ONE fused kernel (csrc/gdr/chunk_prefill_fused_sm90.cu): opt-in in the library
+ * (DELTAKIT_GDR_PREFILL=fused, src/ops/gdr/chunk_prefill.rs); declared here, not through bindgen. */
+#ifndef DELTAKIT_GDR_CHUNK_PREFILL_FUSED_SM90_H
+#define DELTAKIT_GDR_CHUNK_PREFILL_FUSED_SM90_H
+#include "../include/deltakit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The whole gdr.chunk_prefill (K = 128, V a multiple of 64) in one launch: q, k bf16 [T, H_k, K] (token strides
+ * q_stride / k_stride, elements), v bf16 [T, H_v, V] (v_stride), gating precomputed (fused = 0: g, beta f32 [T, H_v])
+ * or fused (fused = 1: a, b bf16 [T, H_v] with token stride ab_stride, a_log, dt_bias f32 [H_v]), cu_seqlens i32
+ * [N + 1], slots i32 [N] (-1 / out of range = padding: zero output rows, state untouched), init i32 [N]
+ * (init_mode 2), state f32 [num_slots, H_v, K, V] (in place), out bf16 [T, H_v, V] (contiguous). init_mode: 0 zeros,
+ * 1 from slots, 2 per-sequence flags. use_l2: q / k L2 norm in f32; scale multiplies q. No workspace.
+ * variant: 0 or 1 (same results; see the .cu). */
+typedef struct DkGdrPrefillFusedParams {
+  uint64_t q, k, v, g, beta, a, b, a_log, dt_bias, cu_seqlens, slots, init, state, out;
+  int64_t num_tokens, num_seqs, num_slots, h_k, h_v, k_dim, v_dim, q_stride, k_stride, v_stride, ab_stride;
+  int32_t use_l2, init_mode, fused;
+  float scale;
+  int32_t variant; /* 0: load a chunk once its stage is free; 1: prefetch chunk c + 1 into a third input buffer */
+} DkGdrPrefillFusedParams;
+
+/** Launches the fused prefill on `stream`. DK_ERR_UNSUPPORTED (nothing enqueued) on a device that is not sm_90 or
+ * for K != 128 / V % 64 != 0: the caller then runs the portable Triton pipeline. */
+dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedParams *p, dk_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
