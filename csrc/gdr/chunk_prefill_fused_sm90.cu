@@ -125,6 +125,14 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// The same mma as a non-volatile asm (VAR & 16): a pure register operation the compiler may schedule freely between
+// the (volatile, ordered) ldmatrix loads.
+__device__ __forceinline__ void mma_nv(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 __device__ __forceinline__ uint32_t pack_bf(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
   return *reinterpret_cast<uint32_t*>(&h);
@@ -199,11 +207,14 @@ __device__ __forceinline__ void mm16_f32(float (&acc)[2][4], const float* A, int
 #endif  // DK_GDR_FUSED_SM90A
 
 // VAR bits: 1 = prefetch (Lay<1>); 2 = clock64 phase profile printed once per process (measurements only);
-// 4 = MUFU exp for the decay factors; 8 = FULL hand-off by bar.sync on both sides (racecheck experiment).
+// 4 = MUFU exp for the decay factors; 8 = FULL hand-off by bar.sync on both sides (racecheck experiment);
+// 16 = scheduling (not yet measured): each k-block's ldmatrix fragments loaded as a batch before its mma (non-volatile),
+// independent accumulators interleaved (X = S K^T / S Q^T, the S update, K K^T / Q K^T), 4 partial norm sums.
 template <int VAR>
 __global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
 #ifdef DK_GDR_FUSED_SM90A
   constexpr bool kPre = (VAR & 1) != 0, kProf = (VAR & 2) != 0, kFast = (VAR & 4) != 0, kSyncFull = (VAR & 8) != 0;
+  constexpr bool kSched = (VAR & 16) != 0;
   using Y = Lay<VAR & 1>;
   long long tp = 0, ph[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 #define DK_MARK(i)                  \
@@ -351,14 +362,29 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
         const int row = lt & 63;
         const unsigned char* tile = gin + (lt < 64 ? kOK : kOQ) + row * 256;
         float ss = 0.f;
+        if constexpr (kSched) {  // four partial sums: a 32-deep dependency chain instead of 128
+          float pss[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int ch = 0; ch < 16; ++ch) {
-          const uint4 u = *reinterpret_cast<const uint4*>(tile + 16 * ch);
-          const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+          for (int ch = 0; ch < 16; ++ch) {
+            const uint4 u = *reinterpret_cast<const uint4*>(tile + 16 * ch);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 f = unpack_bf(w[j]);
-            ss += f.x * f.x + f.y * f.y;
+            for (int j = 0; j < 4; ++j) {
+              const float2 f = unpack_bf(w[j]);
+              pss[j] = fmaf(f.y, f.y, fmaf(f.x, f.x, pss[j]));
+            }
+          }
+          ss = (pss[0] + pss[1]) + (pss[2] + pss[3]);
+        } else {
+#pragma unroll
+          for (int ch = 0; ch < 16; ++ch) {
+            const uint4 u = *reinterpret_cast<const uint4*>(tile + 16 * ch);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float2 f = unpack_bf(w[j]);
+              ss += f.x * f.x + f.y * f.y;
+            }
           }
         }
         const float rn = p.use_l2 ? rsqrtf(ss + 1e-6f) : 1.f;
@@ -391,15 +417,34 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
           uint32_t ka[4], qa[4];
           ldsm4(a_a_mk(sin + kOK, m0, 16 * kb, 256, lane), ka);
           ldsm4(a_a_mk(sin + kOQ, m0, 16 * kb, 256, lane), qa);
+          if constexpr (kSched) {
+            uint32_t bb[4][4];
 #pragma unroll
-          for (int np = 0; np < 4; ++np) {
-            if (np <= lw) {
-              uint32_t b[4];
-              ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
-              mma(a[2 * np], ka, b[0], b[1]);
-              mma(a[2 * np + 1], ka, b[2], b[3]);
-              mma(pp[2 * np], qa, b[0], b[1]);
-              mma(pp[2 * np + 1], qa, b[2], b[3]);
+            for (int np = 0; np < 4; ++np)
+              if (np <= lw) ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), bb[np]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np)
+              if (np <= lw) {
+                mma_nv(a[2 * np], ka, bb[np][0], bb[np][1]);
+                mma_nv(a[2 * np + 1], ka, bb[np][2], bb[np][3]);
+              }
+#pragma unroll
+            for (int np = 0; np < 4; ++np)
+              if (np <= lw) {
+                mma_nv(pp[2 * np], qa, bb[np][0], bb[np][1]);
+                mma_nv(pp[2 * np + 1], qa, bb[np][2], bb[np][3]);
+              }
+          } else {
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+              if (np <= lw) {
+                uint32_t b[4];
+                ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
+                mma(a[2 * np], ka, b[0], b[1]);
+                mma(a[2 * np + 1], ka, b[2], b[3]);
+                mma(pp[2 * np], qa, b[0], b[1]);
+                mma(pp[2 * np + 1], qa, b[2], b[3]);
+              }
             }
           }
         }
@@ -551,17 +596,40 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
       split2(s[2 * kb][2], s[2 * kb][3], ah[1], al[1]);
       split2(s[2 * kb + 1][0], s[2 * kb + 1][1], ah[2], al[2]);
       split2(s[2 * kb + 1][2], s[2 * kb + 1][3], ah[3], al[3]);
+      if constexpr (kSched) {
+        uint32_t bk[4][4], bq[4][4];
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
-        mma(x[2 * np], ah, b[0], b[1]);
-        mma(x[2 * np + 1], ah, b[2], b[3]);
-        mma(x[2 * np], al, b[0], b[1]);
-        mma(x[2 * np + 1], al, b[2], b[3]);
-        ldsm4(a_b_nk(sin + kOQ, 16 * np, 16 * kb, 256, lane), b);
-        mma(o[2 * np], ah, b[0], b[1]);
-        mma(o[2 * np + 1], ah, b[2], b[3]);
+        for (int np = 0; np < 4; ++np) ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), bk[np]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) ldsm4(a_b_nk(sin + kOQ, 16 * np, 16 * kb, 256, lane), bq[np]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          mma_nv(x[2 * np], ah, bk[np][0], bk[np][1]);
+          mma_nv(x[2 * np + 1], ah, bk[np][2], bk[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          mma_nv(o[2 * np], ah, bq[np][0], bq[np][1]);
+          mma_nv(o[2 * np + 1], ah, bq[np][2], bq[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          mma_nv(x[2 * np], al, bk[np][0], bk[np][1]);
+          mma_nv(x[2 * np + 1], al, bk[np][2], bk[np][3]);
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
+          mma(x[2 * np], ah, b[0], b[1]);
+          mma(x[2 * np + 1], ah, b[2], b[3]);
+          mma(x[2 * np], al, b[0], b[1]);
+          mma(x[2 * np + 1], al, b[2], b[3]);
+          ldsm4(a_b_nk(sin + kOQ, 16 * np, 16 * kb, 256, lane), b);
+          mma(o[2 * np], ah, b[0], b[1]);
+          mma(o[2 * np + 1], ah, b[2], b[3]);
+        }
       }
     }
     DK_MARK(1)
@@ -675,14 +743,30 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
         split2(vn[nt][0] * kd.x, vn[nt][1] * kd.y, wh[2 * hh], wl[2 * hh]);
         split2(vn[nt][2] * kd.x, vn[nt][3] * kd.y, wh[2 * hh + 1], wl[2 * hh + 1]);
       }
+      if constexpr (kSched) {
+        uint32_t bb[8][4];
 #pragma unroll
-      for (int np = 0; np < 8; ++np) {
-        uint32_t b[4];
-        ldsm4t(a_b_kn(sin + kOK, 16 * kb, 16 * np, 256, lane), b);
-        mma(s[2 * np], wh, b[0], b[1]);
-        mma(s[2 * np + 1], wh, b[2], b[3]);
-        mma(s[2 * np], wl, b[0], b[1]);
-        mma(s[2 * np + 1], wl, b[2], b[3]);
+        for (int np = 0; np < 8; ++np) ldsm4t(a_b_kn(sin + kOK, 16 * kb, 16 * np, 256, lane), bb[np]);
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          mma_nv(s[2 * np], wh, bb[np][0], bb[np][1]);
+          mma_nv(s[2 * np + 1], wh, bb[np][2], bb[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          mma_nv(s[2 * np], wl, bb[np][0], bb[np][1]);
+          mma_nv(s[2 * np + 1], wl, bb[np][2], bb[np][3]);
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          uint32_t b[4];
+          ldsm4t(a_b_kn(sin + kOK, 16 * kb, 16 * np, 256, lane), b);
+          mma(s[2 * np], wh, b[0], b[1]);
+          mma(s[2 * np + 1], wh, b[2], b[3]);
+          mma(s[2 * np], wl, b[0], b[1]);
+          mma(s[2 * np + 1], wl, b[2], b[3]);
+        }
       }
     }
     if (c + 2 < nc) bar_arrive(kBarEmpty + st, 256);
@@ -726,7 +810,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedPara
   using namespace dk::gdr_fused;
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0) return DK_ERR_UNSUPPORTED;
-  if (p->variant < 0 || p->variant > 15) return DK_ERR_INVALID_ARGUMENT;
+  if (p->variant < 0 || p->variant > 31) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -750,6 +834,9 @@ extern "C" dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedPara
     case 5: return launch<5>(grid, a, s);
     case 7: return launch<7>(grid, a, s);
     case 9: return launch<9>(grid, a, s);
-    default: return DK_ERR_INVALID_ARGUMENT;  // variants 0, 1, 3, 5, 7, 9 are instantiated
+    case 17: return launch<17>(grid, a, s);
+    case 19: return launch<19>(grid, a, s);
+    case 21: return launch<21>(grid, a, s);
+    default: return DK_ERR_INVALID_ARGUMENT;  // variants 0, 1, 3, 5, 7, 9, 17, 19, 21 are instantiated
   }
 }

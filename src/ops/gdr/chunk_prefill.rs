@@ -335,9 +335,11 @@ pub fn pipeline_selected() -> PrefillPipeline {
 }
 
 /// `DELTAKIT_GDR_FUSED_VARIANT` (read once per process; measurements only): forces the fused
-/// kernel's variant (`csrc/gdr/chunk_prefill_fused_sm90.cu`: 0, 1, 3, 5, 7, 9; bit 1 prints a
-/// clock64 phase profile once per process, bit 2 uses MUFU exp for the decay factors, bit 3
-/// hands stages over with `bar.sync` on both sides). Unset or unparsable: none.
+/// kernel's variant (`csrc/gdr/chunk_prefill_fused_sm90.cu`: 0, 1, 3, 5, 7, 9, 17, 19, 21; bit 1
+/// prints a clock64 phase profile once per process, bit 2 uses MUFU exp for the decay factors,
+/// bit 3 hands stages over with `bar.sync` on both sides, bit 4 batches the ldmatrix loads ahead of
+/// non-volatile mma). Unset or unparsable: none; an uninstantiated variant is
+/// [`Error::Launch`] `DK_ERR_INVALID_ARGUMENT`.
 fn fused_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_FUSED_VARIANT").ok()?.trim().parse().ok())
