@@ -72,6 +72,19 @@ __device__ __forceinline__ float sigmoid_f(float x) {
   return e / (1.f + e);
 }
 
+// FG (tune configurations only): the gating and norm math through the hardware approximations.
+// softplus: x > 20 -> x; x <= -3 -> the series e - e^2/2 + e^3/3 - e^4/4 of log1p(e), e = e^x
+// (relative error <= e^4/5 < 1e-6); else log(1 + e) with __logf (argument >= 1.05: relative error
+// < 1e-5). sigmoid: 1 / (1 + e^-x) with __expf / __fdividef. Edge behaviour as the exact forms
+// (x = -inf: 0 / 0; exp overflow: softplus = x, sigmoid = 0).
+__device__ __forceinline__ float softplus_fast(float x) {
+  if (x > 20.f) return x;
+  const float e = __expf(x);
+  if (x <= -3.f) return e * (1.f - e * (0.5f - e * (1.f / 3.f - 0.25f * e)));
+  return __logf(1.f + e);
+}
+__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+
 // Loads E consecutive bf16 (E in {1, 2, 4}) as f32.
 template <int E>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&f)[E]) {
@@ -162,7 +175,7 @@ struct TokIn {
 // The T tokens of row n on the state tile s (registers) of value head hv, columns col0..col0+3 of
 // this thread. Updates s in place and writes the outputs. PRE: token 0's inputs (and a_log, dt_bias)
 // come from *in0 and the key head is kh_pre (else everything is loaded / computed here).
-template <int K, int V, int BV, int NW, bool L2, bool PRE = false>
+template <int K, int V, int BV, int NW, bool L2, bool PRE = false, bool FG = false>
 __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv, int col0,
                                            float4 (&s)[Geo<K, V, BV, NW>::R], Smem<K, BV, NW>& sm,
                                            const TokIn<Geo<K, V, BV, NW>::EK>* in0 = nullptr,
@@ -192,7 +205,7 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
     a_log = p.a_log[hv];
     dt_bias = p.dt_bias[hv];
   }
-  const float neg_a = -expf(a_log);
+  const float neg_a = FG ? -__expf(a_log) : -expf(a_log);
 
   for (int64_t t = 0; t < p.t; ++t) {
     const int64_t tok = n * p.t + t;
@@ -207,12 +220,12 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
       av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
       bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
     }
-    const float g = neg_a * softplus_f(av + dt_bias);
+    const float g = neg_a * (FG ? softplus_fast(av + dt_bias) : softplus_f(av + dt_bias));
     // Full decay at the edge of f32: g = -inf (exp(A_log) overflow) and g = NaN (-inf * 0, when
     // softplus underflows too) give 0, as do g <= -64 (e^-64 ~ 1.6e-28), the same rule as the
     // chunk prefill's clamp / flush (triton_aot/gdr/chunk_prefill.py, G_FLOOR).
-    const float decay = g > -64.f ? expf(g) : 0.f;
-    const float beta = sigmoid_f(bv);
+    const float decay = g > -64.f ? (FG ? __expf(g) : expf(g)) : 0.f;
+    const float beta = FG ? sigmoid_fast(bv) : sigmoid_f(bv);
 
     // q/k norms of key head kh, computed by each warp with shuffles, staged in its smem slice.
     float qf[EK], kf[EK];
@@ -245,8 +258,13 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
     }
     float iq = p.scale, ik = 1.f;
     if constexpr (L2) {
-      iq = p.scale / sqrtf(ssq + 1e-6f);
-      ik = 1.f / sqrtf(ssk + 1e-6f);
+      if constexpr (FG) {
+        iq = p.scale * rsqrtf(ssq + 1e-6f);
+        ik = rsqrtf(ssk + 1e-6f);
+      } else {
+        iq = p.scale / sqrtf(ssq + 1e-6f);
+        ik = 1.f / sqrtf(ssk + 1e-6f);
+      }
     }
     const float qk = sqk * iq * ik;  // (normalised, scaled q) . (normalised k)
     float* qs = qk_s[warp][par][0];
@@ -331,7 +349,8 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
 // token 0's inputs (a, b, q, k, v, a_log, dt_bias) loaded before the slot, so the state load is the
 // only global latency on the way to the first state FMA (the default kernel waits for the slot, then
 // for a / b behind the state loads, then -- after the gating math -- for q / k).
-template <int K, int V, int BV, int NW, bool L2, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false>
+template <int K, int V, int BV, int NW, bool L2, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false,
+          bool FG = false>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
   constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
@@ -378,7 +397,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
     float4 s[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
-    run_tokens<K, V, BV, NW, L2, true>(p, n, hv, col0, s, sm, &in0, kh);
+    run_tokens<K, V, BV, NW, L2, true, FG>(p, n, hv, col0, s, sm, &in0, kh);
 #pragma unroll
     for (int i = 0; i < R; ++i) store_state<ST>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
     return;
@@ -606,15 +625,16 @@ dk_status launch_tma(const Args& a, bool l2, cudaStream_t stream) {
 }
 
 // Launches one (K, V, BV, NW) configuration.
-template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false>
+template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false, bool FG = false>
 dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
+  static_assert(PRE || !FG, "FG only with PRE");
   const int64_t blocks = a.n * a.h_v * (V / BV);
   if (blocks == 0) return DK_OK;
   if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
   if (l2) {
-    decode_kernel<K, V, BV, NW, true, LD, ST, MINB, PRE><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+    decode_kernel<K, V, BV, NW, true, LD, ST, MINB, PRE, FG><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
   } else {
-    decode_kernel<K, V, BV, NW, false, LD, ST, MINB, PRE><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+    decode_kernel<K, V, BV, NW, false, LD, ST, MINB, PRE, FG><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
   }
   return dk::launch_status();
 }

@@ -280,6 +280,10 @@ const Cfg kCfgs[] = {
     {"bv64_nw2_pre", launch_cfg<128, 128, 64, 2, 0, 0, 1, true>},
     {"bv64_nw4_m3_pre", launch_cfg<128, 128, 64, 4, 0, 0, 3, true>},
     {"bv128_nw4_m3_pre", launch_cfg<128, 128, 128, 4, 0, 0, 3, true>},
+    // ... plus the gating / norm math through the hardware approximations (decode.cu softplus_fast etc.).
+    {"bv16_nw1_pre_fg", launch_cfg<128, 128, 16, 1, 0, 0, 1, true, true>},
+    {"bv64_nw2_pre_fg", launch_cfg<128, 128, 64, 2, 0, 0, 1, true, true>},
+    {"bv128_nw4_m3_pre_fg", launch_cfg<128, 128, 128, 4, 0, 0, 3, true, true>},
     // TMA-fed persistent kernel (csrc/gdr/decode.cu decode_tma_kernel): tma_bv<BV>_nw<NW>_s<NS stages>[_ef].
     {"tma_bv64_nw4_s3", launch_tma<128, 128, 64, 4, 3>},
     {"tma_bv64_nw4_s2", launch_tma<128, 128, 64, 4, 2>},
