@@ -22,6 +22,8 @@
 #   tunemodes skinny-GEMM tuning modes A/B (DELTAKIT_GEMM_TUNE=single, the default, vs stream):
 #             9B / 27B b1 / b16 / b64 with graphs, the tuner's choice per shape logged
 #             (DELTAKIT_GEMM_TUNE_LOG=1) into tunemodes.log / tunemodes.best
+#   gemmab    decode step (graphs) with the default tuner vs DELTAKIT_GEMM_LEGACY=0 vs cuBLASLt's
+#             first heuristic choice only: 9B b1 / b16 / b64, 27B b64
 #   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
 #             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
 #             summarised per kernel family by tools/ncu_step_table.py
@@ -138,6 +140,26 @@ tunemodes() {
   grep -E '^===|^gemm tuned' "$f" >"$out/tunemodes.best"
 }
 
+# The decode step under GEMM-candidate variants (graphs): the default tuner, the legacy cuBLAS
+# candidate left out, and cuBLASLt's first heuristic choice only (no tuning).
+gemmab() {
+  local f="$out/gemmab.log"
+  : >"$f"
+  for r in "9b 1" "9b 16" "9b 64" "27b 64"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    for v in default nolegacy heuronly; do
+      local env=()
+      [ "$v" = nolegacy ] && env=(DELTAKIT_GEMM_LEGACY=0)
+      [ "$v" = heuronly ] && env=(DELTAKIT_GEMM_TUNE_CANDIDATES=1)
+      echo "=== $r $v" >>"$f"
+      env "${env[@]}" timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
+        --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 >>"$f" 2>&1
+      summary+=("gemmab $r $v: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
+    done
+  done
+}
+
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -158,6 +180,7 @@ for s in "${steps[@]}"; do
     ncugraph) ncugraph ;;
     tunelog) tunelog ;;
     tunemodes) tunemodes ;;
+    gemmab) gemmab ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

@@ -69,6 +69,31 @@ fn ncu_window() -> bool {
     true
 }
 
+/// `DELTAKIT_REPLAY_TIMING=1` (a profiling aid): each graph replay is bracketed by CUDA events
+/// and the runner prints, when dropped, the replays' mean GPU time (first event to last kernel)
+/// next to the mean wall time between replay launches, so that the host turnaround between decode
+/// steps (token read-back, scheduling, input staging, launch) shows as their difference.
+fn replay_timing_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DELTAKIT_REPLAY_TIMING").is_ok_and(|v| v == "1"))
+}
+
+/// Accumulated replay timing (see [`replay_timing_on`]).
+#[derive(Default)]
+struct ReplayTiming {
+    events: Option<(deltakit::cudarc::driver::CudaEvent, deltakit::cudarc::driver::CudaEvent)>,
+    gpu_ms: f64,
+    replays: u64,
+    first_launch: Option<std::time::Instant>,
+    last_launch: Option<std::time::Instant>,
+}
+
+impl std::fmt::Debug for ReplayTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayTiming").field("replays", &self.replays).finish_non_exhaustive()
+    }
+}
+
 fn mode_of(rows: &[RowSampling]) -> SampleMode {
     if rows.iter().all(|r| deltakit_ref::sample::inverse_temperature(r.temperature).is_none()) {
         SampleMode::Greedy
@@ -90,6 +115,28 @@ pub struct CudaDecodeRunner {
     disabled_reason: Option<String>,
     /// Op timing on: decode runs eagerly.
     profiling: bool,
+    /// `DELTAKIT_REPLAY_TIMING=1` only.
+    timing: ReplayTiming,
+}
+
+impl Drop for CudaDecodeRunner {
+    fn drop(&mut self) {
+        let t = &self.timing;
+        if t.replays > 1 {
+            let wall = match (t.first_launch, t.last_launch) {
+                (Some(a), Some(b)) => {
+                    b.duration_since(a).as_secs_f64() * 1e3 / (t.replays - 1) as f64
+                }
+                _ => f64::NAN,
+            };
+            eprintln!(
+                "replay timing: {} replays, GPU {:.3} ms per replay (events), {:.3} ms between launches",
+                t.replays,
+                t.gpu_ms / t.replays as f64,
+                wall
+            );
+        }
+    }
 }
 
 impl CudaDecodeRunner {
@@ -110,6 +157,7 @@ impl CudaDecodeRunner {
             max_context: cache.max_context,
             vocab_local: cfg.vocab_size / tp.max(1),
             disabled_reason: None,
+            timing: ReplayTiming::default(),
             profiling: false,
             rank,
         };
@@ -261,10 +309,31 @@ impl StepRunner for CudaDecodeRunner {
         let res = match self.graphs.get(&(bucket, mode)) {
             Some(g) if self.enabled && !self.profiling => {
                 let ncu = ncu_window();
+                let timed = replay_timing_on();
+                if timed && self.timing.events.is_none() {
+                    let ctx = be.stream().context();
+                    if let (Ok(a), Ok(b)) = (ctx.new_event(None), ctx.new_event(None)) {
+                        self.timing.events = Some((a, b));
+                    }
+                }
+                if let Some((a, _)) = self.timing.events.as_ref().filter(|_| timed) {
+                    let _ = a.record(be.stream());
+                    let now = std::time::Instant::now();
+                    self.timing.first_launch.get_or_insert(now);
+                    self.timing.last_launch = Some(now);
+                }
                 let r = g.launch().map_err(|e| EngineError::Backend {
                     backend: "cuda",
                     msg: format!("graph replay of bucket {bucket}: {e}"),
                 });
+                if let Some((a, b)) = self.timing.events.as_ref().filter(|_| timed) {
+                    if b.record(be.stream()).is_ok() {
+                        if let Ok(ms) = a.elapsed_ms(b) {
+                            self.timing.gpu_ms += f64::from(ms);
+                            self.timing.replays += 1;
+                        }
+                    }
+                }
                 if ncu {
                     // SAFETY: plain driver call on this thread's bound context.
                     let _ = unsafe { deltakit::cudarc::driver::sys::cuProfilerStop() };
