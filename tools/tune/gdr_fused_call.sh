@@ -6,6 +6,9 @@
 #   2. alone: the criterion bench at 27B TP1 with the profiling variants $PROF_VARIANTS (clock64 phase table)
 #   3. alone: the criterion bench (all shapes) for variants $BENCH_VARIANTS
 #   4. ncu (SpeedOfLight, ComputeWorkloadAnalysis, WarpStateStats, Occupancy) on variant $NCU_VARIANT at 27B TP1
+#   RACE_PROBE=1 (with step 1): racecheck on tools/tune/racecheck_probe.cu modes 0-3 (.gpu-gdr/racecheck_probe, built
+#      here by `nvcc -arch=sm_90a -O2 -L.toolchain/cuda/lib -o .gpu-gdr/racecheck_probe tools/tune/racecheck_probe.cu`):
+#      does the tool flag a textbook bar.arrive / bar.sync or mbarrier hand-off?
 set -uo pipefail
 out="${OUT:-/tmp/fused-call}"; mkdir -p "$out"
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 ))s; }
@@ -25,6 +28,11 @@ for rv in ${RACE_VARIANTS:-9}; do
      "$bin" varlen_initial_states --test-threads 1 >"$out/san_racecheck_v$rv.log" 2>&1
    echo "rc=$?" >>"$out/san_racecheck_v$rv.log") & pids+=($!)
 done
+if [ -n "${RACE_PROBE:-}" ] && [ -x .gpu-gdr/racecheck_probe ]; then
+  (for m in 0 1 2 3; do
+     timeout 60 compute-sanitizer --tool racecheck .gpu-gdr/racecheck_probe $m 2>&1 | grep -E "mode|RACECHECK SUMMARY"
+   done >"$out/race_probe.log" 2>&1) & pids+=($!)
+fi
 for p in "${pids[@]}"; do wait "$p"; done
 echo "tests + sanitizers done at $(el)" >>"$out/summary.txt"
 for pv in ${PROF_VARIANTS:-3 7}; do
@@ -54,6 +62,7 @@ grep -hE "panicked|FAILED" tests_v*.log | head -10 >>summary.txt
 awk '/^case .*out_err/ { for (i = 1; i <= NF; i++) { if ($i == "out_err" && $(i+1) > mo) mo = $(i+1); if ($i == "state_err" && $(i+1) > ms) ms = $(i+1) } n++ }
      END { printf "cases %d max out_err %s max state_err %s\n", n, mo, ms }' tests_v*.log >>summary.txt
 grep -m3 -A1 "Race reported" san_racecheck_v*.log >>summary.txt 2>/dev/null
+cat race_probe.log >>summary.txt 2>/dev/null
 cat prof.log >>summary.txt
 grep -E "^=== |^gdr_chunk_prefill/|time:" bench.log | grep -v "%" >>summary.txt
 grep -E "Duration|Throughput|Pipe|Issue|Warp Cycles|Stall|stalled|hmma|Registers|Achieved|Eligible|Executed Ipc|No Eligible" ncu.log | head -50 >>summary.txt
