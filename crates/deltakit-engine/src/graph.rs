@@ -312,7 +312,9 @@ impl StepRunner for CudaDecodeRunner {
                 let timed = replay_timing_on();
                 if timed && self.timing.events.is_none() {
                     let ctx = be.stream().context();
-                    if let (Ok(a), Ok(b)) = (ctx.new_event(None), ctx.new_event(None)) {
+                    // Timing events (cudarc's default flags disable timing).
+                    let f = Some(deltakit::cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+                    if let (Ok(a), Ok(b)) = (ctx.new_event(f), ctx.new_event(f)) {
                         self.timing.events = Some((a, b));
                     }
                 }
