@@ -11,7 +11,8 @@
 #             fixtures incl. tiny-trained, TP=1 through the executor + NCCL), init_dummy and the
 #             engine's dummy_init::device_equals_host
 #   bench     `deltakit bench` (dummy weights, prompt 512, 64 new tokens): 9B / 27B, batch 1 / 16
-#             / 64, graphs vs --no-graphs, 27B through the executor (--devices 0, NCCL TP=1)
+#             / 64, graphs vs --no-graphs, 27B through the executor (--devices 0, NCCL TP=1); graph
+#             runs with DELTAKIT_REPLAY_TIMING=1 (replay GPU time vs wall time between launches)
 #   memcheck  compute-sanitizer memcheck over graph_cuda's padded-rows test (graph replay)
 #   breakdown `deltakit bench --breakdown` at 9B b1 / b16 and 27B b1 (per-op-family GPU time)
 #   ab        skinny-GEMM autotune A/B: the default (L2 flushed between timed launches, 16
@@ -64,10 +65,11 @@ bench() {
     [ "$mode" = "executor" ] && extra=(--devices 0)
     echo "=== $r" >>"$f"
     local t0; t0=$(date +%s)
-    timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" \
+    DELTAKIT_REPLAY_TIMING=1 timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" \
       --load-format dummy --batch "$batch" --prompt-len 512 --gen-len 64 "${extra[@]}" >>"$f" 2>&1
     local rc=$?
     local line; line=$(grep -E '^prefill' "$f" | tail -n 1)
+    [ "$mode" = graphs ] && line="$line | $(grep -E '^replay timing' "$f" | tail -n 1)"
     local head; head=$(grep -E '^bench' "$f" | tail -n 1 | grep -Eo 'device [^|]*\| |load [0-9.]+s')
     summary+=("bench $r: rc $rc, $(( $(date +%s) - t0 ))s | ${head//$'\n'/ } | $line")
     if [ "$mode" = executor ]; then
