@@ -25,9 +25,11 @@
 // Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
 // registers; the default) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
 // shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Dispatch (launch_kv /
-// launch_reg, K, V in {64, 128}): K = V = 128, T = 1 with 256..400 (row, head) pairs (one wave):
-// BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM; else T = 1 with >= 512 64-column tiles:
-// BV = 64, NW = 2; else BV = 16, NW = 1. DELTAKIT_GDR_DECODE forces a path (path_selected). A
+// launch_reg, K, V in {64, 128}): K = V = 128 (any T; the PRE + FG kernels, see below) with
+// 256..400 (row, head) pairs (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
+// else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1. Other K, V in
+// {64, 128}: exact kernels, the same tiles for T = 1 only with the 64-column one from 512 tiles (T > 1:
+// BV = 16, NW = 1). DELTAKIT_GDR_DECODE forces a path (path_selected). A
 // persistent variant with a per-thread cp.async prefetch of the next tile (tools/tune/gdr_decode_lib.cu,
 // sweep only) measured 2-8% slower than the register kernel.
 // Small head dims (K in {16, 32} and / or V in {16, 32}; the tiny test models) always take the
@@ -72,7 +74,9 @@ __device__ __forceinline__ float sigmoid_f(float x) {
   return e / (1.f + e);
 }
 
-// FG (tune configurations only): the gating and norm math through the hardware approximations.
+// FG (the K = V = 128 dispatch; H200 2026-12-01: 0..-7% at T = 1 (the most at B = 1), -3..-7% at T = 4
+// over the exact PRE kernels; the GPU tests' errors vs the f64 reference unchanged in magnitude): the gating and norm
+// math through the hardware approximations.
 // softplus: x > 20 -> x; x <= -3 -> the series e - e^2/2 + e^3/3 - e^4/4 of log1p(e), e = e^x
 // (relative error <= e^4/5 < 1e-6); else log(1 + e) with __logf (argument >= 1.05: relative error
 // < 1e-5). sigmoid: 1 / (1 + e^-x) with __expf / __fdividef. Edge behaviour as the exact forms
@@ -345,7 +349,7 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
 
 }
 
-// PRE (tune configurations, not dispatched yet): 32-bit index math (no int64 division calls) and
+// PRE (the K = V = 128 dispatch, with FG): 32-bit index math (no int64 division calls) and
 // token 0's inputs (a, b, q, k, v, a_log, dt_bias) loaded before the slot, so the state load is the
 // only global latency on the way to the first state FMA (the default kernel waits for the slot, then
 // for a / b behind the state loads, then -- after the gating math -- for q / k).
@@ -643,6 +647,11 @@ dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
+// The same threshold for the FG kernels (the K = V = 128 default): the 64-column FG tile already wins at
+// 192 (row, head) pairs = 384 tiles (27B TP1 B=4: 11.1 vs 12.4 us for the 16-column FG tile, 11.3 for the
+// old exact 16-column one; T = 4: 15.1 vs 18.2 / 15.5), the 16-column FG tile at 96 pairs = 192 tiles
+// (7.3 vs 8.5 us; T = 4: 10.5 vs 11.9); in between unmeasured (H200, 2026-12-01 session 4).
+constexpr int64_t kWideTileMinTilesFg = 256;
 
 // Configuration choice, from the sweep of tools/tune/gdr_decode_tune.cu on an H200 (KERNELS.md):
 // T = 1 with enough tiles: BV = 64, 2 warps (R = K/4 rows per thread, ~250 registers, 4 CTAs/SM,
@@ -658,15 +667,22 @@ constexpr int64_t kWholeHeadMinHeads = 256;
 constexpr int64_t kWholeHeadMaxHeads = 400;
 
 // Decode path override, DELTAKIT_GDR_DECODE (read once per process; unset or any other value =
-// kAuto, the tuned dispatch of launch_kv): "reg" = the register-tile kernel only (the dispatch before
-// the TMA-fed kernel existed); "tma_bv64_nw4_s3", "tma_bv64_nw4_s2", "tma_bv128_nw8_s2",
+// kAuto, the tuned dispatch of launch_kv: for K = V = 128 the PRE + FG kernels with the tile rule
+// for every T); "reg" = the exact register kernels with the T = 1-only tile rule (the dispatch
+// before 2026-12-01 session 4); "reg_exact" = the default's tiles with the exact PRE kernels
+// (K = V = 128; libm expf / log1pf / IEEE divisions in the gating); "tma_bv64_nw4_s3", "tma_bv64_nw4_s2", "tma_bv128_nw8_s2",
 // "tma_bv32_nw2_s4" = the TMA-fed persistent kernel in that configuration for every call with K, V in
 // {64, 128} (any T, any batch; V = 64 takes BV = 64 where the named BV is 128; K = 64 or V = 64
 // always take tma_bv64_nw4_s3's tile); "reg_pre" = the register dispatch with the PRE kernels
 // (decode_kernel<..., PRE = true>; K = V = 128 only, other dims as "reg"); "reg_bv128" = the whole-head
 // register tile (BV = 128, 4 warps, 3 CTAs/SM) for every K = V = 128 call (any T, any batch; measured
-// 6-16% ahead of FLA at T = 4). Small head dims are unaffected. For tests and measurements.
-enum class Path { kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128 };
+// 6-16% ahead of FLA at T = 4); "reg_pre_bv128" = "reg_pre" for T = 1 and the whole-head PRE tile for
+// T > 1 with >= 256 (row, head) pairs (K = V = 128; a candidate default); "reg_fg" = the same tiles with the FG kernels (PRE + gating /
+// norm math through the hardware approximations; a candidate default). Small head dims are unaffected.
+// For tests and measurements.
+enum class Path {
+  kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact
+};
 
 inline Path path_selected() {
   static const Path path = [] {
@@ -679,6 +695,9 @@ inline Path path_selected() {
     if (std::strcmp(e, "tma_bv32_nw2_s4") == 0) return Path::kTma32S4;
     if (std::strcmp(e, "reg_pre") == 0) return Path::kRegPre;
     if (std::strcmp(e, "reg_bv128") == 0) return Path::kRegBv128;
+    if (std::strcmp(e, "reg_pre_bv128") == 0) return Path::kRegPreBv128;
+    if (std::strcmp(e, "reg_fg") == 0) return Path::kRegFg;
+    if (std::strcmp(e, "reg_exact") == 0) return Path::kRegExact;
     return Path::kAuto;
   }();
   return path;
@@ -686,19 +705,28 @@ inline Path path_selected() {
 
 // The register-tile dispatch (see kWideTileMinTiles / kWholeHeadMinHeads); PRE selects the
 // decode_kernel variant that loads token 0's inputs first (path "reg_pre").
-template <int K, int V, bool PRE = false>
+// WH: T > 1 with K = V = 128 and >= kWholeHeadMinHeads (row, head) pairs takes the whole-head tile
+// (paths "reg_pre_bv128", "reg_fg"). ALLT: the T = 1 tile rule for every T (the default for
+// K = V = 128: at T = 4 the 64-column FG tile is 4% faster than the whole-head one from 1536 pairs,
+// the whole-head one 9% faster at 384 pairs; both 15-20% faster than BV = 16, which the earlier
+// dispatch took for every T > 1). FG: the FG kernels (with PRE).
+template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
+  const bool wide_t = a.t == 1 || ALLT;
   if constexpr (K == 128 && V == 128) {
     const int64_t heads = a.n * a.h_v;
-    if (a.t == 1 && heads >= kWholeHeadMinHeads && heads <= kWholeHeadMaxHeads)
-      return launch_cfg<K, V, 128, 4, 0, 0, 3, PRE>(a, l2, stream);
+    if ((WH && a.t > 1 && heads >= kWholeHeadMinHeads) ||
+        (wide_t && heads >= kWholeHeadMinHeads && heads <= kWholeHeadMaxHeads))
+      return launch_cfg<K, V, 128, 4, 0, 0, 3, PRE, FG>(a, l2, stream);
   }
-  if (a.t == 1 && a.n * a.h_v * (V / 64) >= kWideTileMinTiles)
-    return launch_cfg<K, V, 64, 2, 0, 0, 1, PRE>(a, l2, stream);
-  return launch_cfg<K, V, 16, 1, 0, 0, 1, PRE>(a, l2, stream);
+  if (wide_t && a.n * a.h_v * (V / 64) >= (FG ? kWideTileMinTilesFg : kWideTileMinTiles))
+    return launch_cfg<K, V, 64, 2, 0, 0, 1, PRE, FG>(a, l2, stream);
+  return launch_cfg<K, V, 16, 1, 0, 0, 1, PRE, FG>(a, l2, stream);
 }
 
-// The default (kAuto) is the register-tile dispatch: the TMA-fed kernel passed every test but measured
+// The default (kAuto) is the register-tile dispatch (K = V = 128: PRE + FG kernels, tile rule for every
+// T; H200 2026-12-01 vs the previous dispatch: T = 1 -1..-14%, T = 4 -3..-21%): the TMA-fed kernel
+// passed every test but measured
 // 1.2-1.5x slower at every 27B shape (H200, 2026-12-01 session 4: TP1 B=64 163.9 us for 64/4/3, 129.8 for
 // 128/4/2 vs 107.2 for the register 64-column tile; ncu: DRAM 48%, 12.5% occupancy — each CTA's per-item
 // chain (stage wait, q/k/v/gate loads issued only then, gating math, reductions, barriers) is serial, so
@@ -706,10 +734,19 @@ dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
 template <int K, int V>
 dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
   const Path path = path_selected();
-  if (path == Path::kAuto || path == Path::kReg) return launch_reg<K, V>(a, l2, stream);
-  if (path == Path::kRegPre || path == Path::kRegBv128) {
+  if (path == Path::kAuto || path == Path::kRegExact) {
+    if constexpr (K == 128 && V == 128) {
+      if (path == Path::kRegExact) return launch_reg<K, V, true, false, false, true>(a, l2, stream);
+      return launch_reg<K, V, true, true, false, true>(a, l2, stream);
+    }
+    return launch_reg<K, V>(a, l2, stream);
+  }
+  if (path == Path::kReg) return launch_reg<K, V>(a, l2, stream);
+  if (path == Path::kRegPre || path == Path::kRegBv128 || path == Path::kRegPreBv128 || path == Path::kRegFg) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kRegPre) return launch_reg<K, V, true>(a, l2, stream);
+      if (path == Path::kRegPreBv128) return launch_reg<K, V, true, false, true>(a, l2, stream);
+      if (path == Path::kRegFg) return launch_reg<K, V, true, true, true>(a, l2, stream);
       return launch_cfg<K, V, 128, 4, 0, 0, 3>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);

@@ -267,9 +267,10 @@ __global__ void __launch_bounds__(kBlock) rms_gated_d128_kernel(const Args a) {
 }
 
 // Rows per lane group of rms_gated_d128_kernel in the dispatch (DELTAKIT_RMS_GATED_ROWS = 1 / 2 / 4 / 8
-// overrides it, read once per process; for tests and measurements: U = 1 measured 75.1 us vs 82.6 for
-// U = 4 at 27B 8192 tokens on an H200, bit-identical, not yet through the GPU tests as the dispatch).
-constexpr int kGatedD128Rows = 4;
+// overrides it, read once per process; for tests and measurements). U = 1: 75.1 us vs 82.6 for U = 4
+// at 27B 8192 tokens on an H200 (95% vs 86% of the copy ceiling; 9B 51.4 vs 56.9; decode batch 64
+// 4.1 vs 5.0 us), bit-identical; passed the norm GPU tests and memcheck under DELTAKIT_RMS_GATED_ROWS=1.
+constexpr int kGatedD128Rows = 1;
 
 inline int gated_d128_rows() {
   static const int rows = [] {

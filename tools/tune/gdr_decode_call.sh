@@ -18,6 +18,8 @@
 #   sanitize   compute-sanitizer ($SAN_SPECS: ;-separated tool:binary:ENV=value or -:test filters)
 #   decode     decode rows (27B TP1 / TP2, T = $DECODE_T, warm + cold + CUDA-graph back-to-back at small batch) and
 #              the configuration sweep ($SWEEP_ONLY), after the tests, under a lock
+#   bsweep     decode rows at other batches / T ($BSWEEP_CASES, TP:B:T,..; tools/tune/gdr_decode_bsweep.py), the
+#              sweep restricted to $BSWEEP_ONLY, after the tests, under the same lock
 #   streaming  conv1d / norm bandwidth vs the copy ceiling, after the tests, under the same lock
 #   ncu        ncu --set full on $NCU_KERNEL at $NCU_ONLY (library dispatch, env $NCU_ENV)
 set -uo pipefail
@@ -43,7 +45,7 @@ tar -xJf "$bd/bin.tar.xz" -C /tmp/gdbin
 rm -f /tmp/gd_tests_done /tmp/gd_unpack_done /tmp/gd_anchor.lock
 rm -rf /tmp/gd_barrier
 site=/tmp/anchor-site
-if has decode; then
+if has decode || has bsweep; then
   (mkdir -p "$site"
    [ -f /tmp/dk-kit/site-libs.tar.xz ] && tar -xJf /tmp/dk-kit/site-libs.tar.xz -C "$site" && echo "site-libs unpacked"
    tar -xJf .anchor-kit-py/site-py.tar.xz -C "$site" && echo "site-py unpacked"
@@ -56,11 +58,14 @@ apids=()
 nproc_h=0
 has decode && nproc_h=$((nproc_h + 1))
 has streaming && nproc_h=$((nproc_h + 1))
+has bsweep && nproc_h=$((nproc_h + 1))
 hpy() {  # name, wait-for-the-kit (0/1), args..: one harness process, timed after the tests under the lock
   local name=$1 kit=$2; shift 2
+  local script=tools/bench_anchors_gdr.py
+  [ "$name" = bsweep ] && script=tools/tune/gdr_decode_bsweep.py
   (while [ "$kit" = 1 ] && [ ! -f /tmp/gd_unpack_done ]; do sleep 0.5; done
    PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" timeout "${ANCHOR_TIMEOUT:-300}" \
-     python3 tools/bench_anchors_gdr.py --site "$site" --out "/tmp/gd_$name.json" --wait-file /tmp/gd_tests_done \
+     python3 "$script" --site "$site" --out "/tmp/gd_$name.json" --wait-file /tmp/gd_tests_done \
      --lock-file /tmp/gd_anchor.lock --barrier "/tmp/gd_barrier:$nproc_h" "$@" >"/tmp/gd_$name.txt" 2>"/tmp/gd_$name.err"
    echo "rc=$?" >>"/tmp/gd_$name.err") &
   apids+=($!)
@@ -72,6 +77,13 @@ if has decode; then
     --sweep-only "${SWEEP_ONLY:-bv64_nw2,bv128_nw4_m3,bv16_nw1,bv16_nw2,_pre,tma_bv128_nw4_s2,kc_rw4}" \
     --decode-t "${DECODE_T:-1,4}" \
     --budget-s "${DECODE_BUDGET_S:-200}" ${DECODE_ARGS:-}
+fi
+if has bsweep; then  # decode rows at other batches / T (tools/tune/gdr_decode_bsweep.py), FLA + the sweep
+  blibs="${ANCHOR_LIBS:-dk,fi,fla}"
+  [ -f /tmp/dk-kit/site-libs.tar.xz ] || blibs="${blibs/fi,/}"
+  hpy bsweep 1 --libs "$blibs" --lib "$bd/libdk_gdr_decode.so" --skip-prefill --sweep --graph-b2b \
+    --sweep-only "${BSWEEP_ONLY:-bv16_nw1,bv64_nw2,bv128_nw4_m3}" --budget-s "${DECODE_BUDGET_S:-200}" \
+    ${BSWEEP_CASES:+--cases "$BSWEEP_CASES"}
 fi
 has streaming && hpy streaming 0 --libs dk --skip-decode --skip-prefill --streaming --dk-lib "$bd/libdk_stream.so" \
   --budget-s 200

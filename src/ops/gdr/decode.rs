@@ -48,15 +48,21 @@ pub struct DecodeStrides {
 /// `K, V` in {64, 128}, the smaller dims (tiny test models) one simple 16-column tile.
 /// `q`, `k`, `v`, `state`, `out` 16-byte aligned.
 ///
-/// Kernels (`csrc/gdr/decode.cu`): by default a one-shot register-tile kernel (tile by batch size).
-/// `DELTAKIT_GDR_DECODE` (read once per process; for tests and measurements) selects instead
-/// `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` / `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel
-/// whose CTAs stream the state tiles into shared memory with bulk copies (TMA) two or three items
-/// ahead, in that tile / warps / stages configuration, for `K, V` in {64, 128} (passes the same tests;
-/// 1.2-1.5x slower on an H200); `reg_pre` (the register kernel loading a row's first-token inputs
-/// before its slot, `K = V = 128`) or `reg_bv128` (the whole-head register tile for every
-/// `K = V = 128` call); `reg` or unset or any other value: the default. The paths differ only in the
-/// summation order of the `K`-reductions (f32 rounding).
+/// Kernels (`csrc/gdr/decode.cu`): by default a one-shot register-tile kernel, the tile chosen by
+/// the number of (row, head) pairs. For `K = V = 128` (every `T`) the default kernel loads a row's
+/// first-token inputs before its slot and computes the gating (`exp`, `softplus`, `sigmoid`) and
+/// the q/k norms (`rsqrt`) with the hardware approximations (relative error ~1e-6 in f32, well
+/// below the bf16 output rounding); other head dims use the exact kernel (tiled by pairs for
+/// `T = 1` only). `DELTAKIT_GDR_DECODE` (read once per process; for tests and measurements) selects
+/// instead: `reg` (the exact kernel with the earlier dispatch: `T > 1` always 16-column tiles),
+/// `reg_exact` (the default's tiles, exact gating math, `K = V = 128`), `reg_pre` / `reg_bv128` /
+/// `reg_pre_bv128` / `reg_fg` (measurement variants, `K = V = 128`: the exact first-input-ahead
+/// kernel with the earlier dispatch / the whole-head tile for every call / whole-head tiles for
+/// `T > 1` from 256 pairs, exact or approximate), or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
+/// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles into
+/// shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128} (passes
+/// the same tests; 1.2-1.5x slower on an H200). Unset or any other value: the default. The paths
+/// differ only in f32 rounding (summation order of the `K`-reductions, approximate gating).
 ///
 /// Slots: `-1` = padding row (zero output, no state read or written). The kernel treats any
 /// device slot outside `0..num_slots` the same way, so it never touches memory outside the pool
