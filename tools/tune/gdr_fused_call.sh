@@ -35,16 +35,16 @@ if [ -n "${RACE_PROBE:-}" ] && [ -x .gpu-gdr/racecheck_probe ]; then
 fi
 for p in "${pids[@]}"; do wait "$p"; done
 echo "tests + sanitizers done at $(el)" >>"$out/summary.txt"
-for pv in ${PROF_VARIANTS:-3 7}; do
+for pv in ${PROF_VARIANTS-3 7}; do
   echo "=== profile variant $pv" >>"$out/prof.log"
   DELTAKIT_GDR_FUSED_VARIANT=$pv timeout 40 /tmp/bench_gdr_cp --bench 27b_tp1 2>&1 | grep -E "fused-prof|time:" >>"$out/prof.log"
 done
 for bv in ${BENCH_VARIANTS:-5}; do
   echo "=== bench variant $bv" >>"$out/bench.log"
-  DELTAKIT_GDR_FUSED_VARIANT=$bv timeout 60 /tmp/bench_gdr_cp --bench >>"$out/bench.log" 2>&1; echo "rc=$?" >>"$out/bench.log"
+  DELTAKIT_GDR_FUSED_VARIANT=$bv timeout 60 /tmp/bench_gdr_cp --bench ${BENCH_ARGS:-} >>"$out/bench.log" 2>&1; echo "rc=$?" >>"$out/bench.log"
 done
 echo "bench done at $(el)" >>"$out/summary.txt"
-if [ -n "${NCU_VARIANT:-1}" ]; then
+if [ -n "${NCU_VARIANT-1}" ]; then
   stalls=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum
   for r in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected selected \
            dispatch_stall no_instruction branch_resolving lg_throttle; do
