@@ -24,7 +24,9 @@ typedef struct DkGdrPrefillFusedParams {
 } DkGdrPrefillFusedParams;
 
 /** Launches the fused prefill on `stream`. DK_ERR_UNSUPPORTED (nothing enqueued) on a device that is not sm_90 or
- * for K != 128 / V % 64 != 0: the caller then runs the portable Triton pipeline. */
+ * for K != 128 / V % 64 != 0, DK_ERR_NO_KERNEL_IMAGE (nothing enqueued) when this build has no sm_90a image of the
+ * kernel for the device (DELTAKIT_CUDA_ARCHS without 90a: the sm_90 / lower-arch body is compiled out): the caller
+ * then runs the portable Triton pipeline. */
 dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedParams *p, dk_stream_t stream);
 
 #ifdef __cplusplus

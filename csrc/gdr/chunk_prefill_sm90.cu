@@ -40,6 +40,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "../common/launch.cuh"
 #include "chunk_prefill_sm90.h"
 
@@ -464,14 +466,48 @@ __global__ void __launch_bounds__(Plan<VAR>::kThreadsV, 1) state_kernel(const __
         *reinterpret_cast<float2*>(s_out + int64_t(row) * kV + 8 * i + cb) =
             make_float2(s[m][4 * i + 2 * hh], s[m][4 * i + 2 * hh + 1]);
       }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // an image without sm_90a features: never silently skip the work (the launcher refuses first)
 #endif  // DK_GDR_SM90A
+}
+
+// Never launched: its static shared memory marks the image the runtime picked for this file on the current device as
+// compiled with sm_90a features (an sm_90 / lower-arch SASS or a JIT of lower-arch PTX has the kernel bodies above
+// compiled out). Read through cudaFuncGetAttributes (no launch, no synchronization).
+constexpr int kProbeWords = 1024;  // 4 KB: far above the 1 KB a driver may reserve per block
+__global__ void sm90a_probe_kernel(int* out) {
+#ifdef DK_GDR_SM90A
+  __shared__ int mark[kProbeWords];
+  mark[threadIdx.x % kProbeWords] = int(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = mark[(threadIdx.x + 1) % kProbeWords];
+#endif
 }
 
 }  // namespace gdr_sm90
 }  // namespace dk
 
 namespace {
-dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t stream) {
+// Whether the image of this file that runs on device `dev` has the sm_90a kernel bodies (see sm90a_probe_kernel):
+// binary 9.0 and the probe's marker shared memory present. Cached per device.
+dk_status sm90a_image(int dev) {
+  using namespace dk::gdr_sm90;
+  static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 no sm_90a image (zero-initialized)
+  if (dev < 0 || dev >= 64) return DK_ERR_NO_KERNEL_IMAGE;
+  if (state[dev].load(std::memory_order_acquire) == 0) {
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, sm90a_probe_kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      state[dev] = 2;
+    } else {
+      state[dev] = attr.binaryVersion == 90 && attr.sharedSizeBytes >= kProbeWords * sizeof(int) ? 1 : 2;
+    }
+  }
+  return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
+}
+
+// Everything launch_state checks before it enqueues: DK_OK when the state pass can be launched with *p.
+dk_status check_state(const DkGdrStateSm90Params* p, int variant) {
   using namespace dk::gdr_sm90;
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim != kV) return DK_ERR_UNSUPPORTED;
@@ -486,6 +522,13 @@ dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t s
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (major != 9 || minor != 0) return DK_ERR_UNSUPPORTED;
+  return sm90a_image(dev);
+}
+
+dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t stream) {
+  using namespace dk::gdr_sm90;
+  const dk_status st = check_state(p, variant);
+  if (st != DK_OK || p->num_seqs == 0) return st;
   Args a{*p};
   dim3 grid(static_cast<unsigned>(p->num_seqs), static_cast<unsigned>(p->h_v), kV / kBV);
   auto* s = static_cast<cudaStream_t>(stream);
@@ -514,6 +557,8 @@ dk_status launch_state(const DkGdrStateSm90Params* p, int variant, dk_stream_t s
 extern "C" dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params* p, dk_stream_t stream) {
   return launch_state(p, 0, stream);
 }
+
+extern "C" dk_status dk_gdr_chunk_state_sm90_check(const DkGdrStateSm90Params* p) { return check_state(p, 0); }
 
 extern "C" dk_status dk_gdr_chunk_state_sm90_variant(const DkGdrStateSm90Params* p, int variant, dk_stream_t stream) {
   return launch_state(p, variant, stream);

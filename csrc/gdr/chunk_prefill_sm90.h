@@ -1,6 +1,7 @@
 /* gdr.chunk_prefill for sm_90a (csrc/gdr/chunk_prefill_sm90.cu), first piece: the state pass as a
- * persistent warp-specialized CUDA kernel. Not dispatched by the library yet (so not in deltakit.h /
- * bindgen); called by the harness (tools/bench_anchors_gdr.py) through .gpu-gdr/libdk_gdr_bench.so. */
+ * persistent warp-specialized CUDA kernel. Opt-in in the library (DELTAKIT_GDR_PREFILL=sm90,
+ * src/ops/gdr/chunk_prefill.rs; declared there, not in deltakit.h / bindgen); also called by the harness
+ * (tools/bench_anchors_gdr.py) through .gpu-gdr/libdk_gdr_bench.so. */
 #ifndef DELTAKIT_GDR_CHUNK_PREFILL_SM90_H
 #define DELTAKIT_GDR_CHUNK_PREFILL_SM90_H
 #include "../include/deltakit.h"
@@ -21,8 +22,13 @@ typedef struct DkGdrStateSm90Params {
   int32_t use_l2, init_mode;
 } DkGdrStateSm90Params;
 
-/** Launches the state pass on `stream` (sm_90 devices only: DK_ERR_UNSUPPORTED elsewhere). */
+/** Launches the state pass on `stream`. Nothing enqueued on an error: DK_ERR_UNSUPPORTED on a device that is not
+ * compute capability 9.0 or for K, V != 128; DK_ERR_NO_KERNEL_IMAGE when this build has no sm_90a image of the
+ * kernel for the device (DELTAKIT_CUDA_ARCHS without 90a: the sm_90 / lower-arch bodies are compiled out). */
 dk_status dk_gdr_chunk_state_sm90(const DkGdrStateSm90Params *p, dk_stream_t stream);
+/** Every check dk_gdr_chunk_state_sm90 makes before it enqueues, without launching (same statuses; DK_OK = the
+ * launch can only fail in the CUDA launch itself): lets a caller pick another pipeline before enqueuing anything. */
+dk_status dk_gdr_chunk_state_sm90_check(const DkGdrStateSm90Params *p);
 /** The same with a kernel variant (harness): 0 = dk_gdr_chunk_state_sm90 (U and gates read from global memory by
  * the consumer, the measured v0); 1 = U and gates copied into the ring by the producer a chunk ahead (compiled,
  * 0 spills, not yet run on a GPU); 2 = two consumer warpgroups per CTA sharing the W / K ring, one per 64 value

@@ -286,9 +286,16 @@ pub enum PrefillPipeline {
     /// W planes and the W/U pass split over grid z (the default).
     WsplitSplitz,
     /// [`PrefillPipeline::WsplitSplitz`] with the sm_90a CUDA state pass
-    /// (`csrc/gdr/chunk_prefill_sm90.cu`: persistent, warp-specialized, wgmma; `DELTAKIT_GDR_PREFILL=
-    /// sm90`, opt-in: matched the Triton state pass on an H200, 0.91x its time at 27B TP1, 1.13x at
-    /// TP2). Needs a compute-capability 9.0 device ([`Error::Launch`] `DK_ERR_UNSUPPORTED` else).
+    /// (`csrc/gdr/chunk_prefill_sm90.cu`: persistent, warp-specialized, wgmma;
+    /// `DELTAKIT_GDR_PREFILL=sm90`, opt-in). Same products and rounding points as the Triton state
+    /// pass up to the f32 summation order. H200, 2026-12-01: passes the chunk-prefill GPU tests and
+    /// compute-sanitizer memcheck; racecheck reports 4 hazards (the producer's cp.async writes of
+    /// the W / K ring vs the consumer's shared-memory reads), not explained yet: the minimal probe
+    /// `tools/tune/racecheck_probe.cu` reports none for an mbarrier hand-off without cp.async (mode
+    /// 2). State pass alone 0.91x the Triton one's time at 27B TP1 but 1.13x at TP2 (1.12x at 9B
+    /// 1 x 65536), so it stays opt-in. A device that is not compute capability 9.0 or a build without
+    /// an sm_90a image (`DELTAKIT_CUDA_ARCHS` lacking `90a`) runs [`PrefillPipeline::WsplitSplitz`]
+    /// instead, decided before anything is enqueued.
     Sm90State,
     /// The whole call as ONE sm_90a CUDA kernel (`csrc/gdr/chunk_prefill_fused_sm90.cu`,
     /// `DELTAKIT_GDR_PREFILL=fused`, opt-in): per (sequence, value head, 64 value columns) one CTA
@@ -296,9 +303,17 @@ pub enum PrefillPipeline {
     /// triangular inverse and `Q K^T` of the next chunk in four warps while four others run the
     /// state-dependent products of the current one (mma.sync bf16, f32 accumulate, bf16 hi / lo
     /// splits where the Triton pipeline splits); no workspace traffic. `K = 128` and `V` a multiple
-    /// of 64 on a compute-capability 9.0 device; every other case (and a device that is not
-    /// sm_90) runs [`PrefillPipeline::WsplitSplitz`] / [`PrefillPipeline::F32W`] as without it.
-    /// Kernel variant 1: chunk `c + 1`'s inputs are prefetched while chunk `c` is computed.
+    /// of 64 on a compute-capability 9.0 device with an sm_90a image in the build; every other case
+    /// (a device that is not sm_90, `DELTAKIT_CUDA_ARCHS` lacking `90a`) runs
+    /// [`PrefillPipeline::WsplitSplitz`] / [`PrefillPipeline::F32W`] as without it (nothing of the
+    /// fused kernel enqueued). Kernel variant 1: chunk `c + 1`'s inputs are prefetched while chunk
+    /// `c` is computed. H200, 2026-12-01: passes the chunk-prefill GPU tests and memcheck;
+    /// racecheck reports the Tb stage hand-off (named barriers, `bar.arrive` / `bar.sync`) as
+    /// hazards, as it does for a correct minimal program with that hand-off
+    /// (`tools/tune/racecheck_probe.cu` modes 0 / 1; mbarrier and `__syncthreads` modes: none), so
+    /// most likely a false positive of the tool. 1.229 / 1.232 / 4.868 / 9.805 ms at 27B TP1 / TP2
+    /// 1 x 8192, 9B 8 x 8192 / 1 x 65536 vs the default's 1.307 / 0.795 / 7.212 / 7.646: slower at
+    /// TP2 and 9B 1 x 65536, so it stays opt-in.
     Fused,
     /// [`PrefillPipeline::Fused`], kernel variant 0 (each chunk's inputs loaded once its stage is
     /// free; `DELTAKIT_GDR_PREFILL=fused_v0`, for measurements).
@@ -350,7 +365,10 @@ fn fused_variant_override() -> Option<i32> {
 const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
-/// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`] or [`PrefillPipeline::WsplitSplitz`]).
+/// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
+/// [`PrefillPipeline::Sm90State`]). `false` for [`PrefillPipeline::Fused`] /
+/// [`PrefillPipeline::FusedV0`], although where their kernel cannot run the fallback
+/// ([`PrefillPipeline::WsplitSplitz`]) stores planes (in the same workspace bytes as f32 W).
 #[must_use]
 pub fn wsplit_selected() -> bool {
     matches!(
@@ -433,6 +451,10 @@ extern "C" {
         p: *const StateSm90Params,
         stream: ffi::dk_stream_t,
     ) -> ffi::dk_status;
+    /// Every check [`dk_gdr_chunk_state_sm90`] makes before it enqueues, without launching
+    /// (`DK_ERR_UNSUPPORTED` off compute capability 9.0, `DK_ERR_NO_KERNEL_IMAGE` without an
+    /// sm_90a image in the build).
+    fn dk_gdr_chunk_state_sm90_check(p: *const StateSm90Params) -> ffi::dk_status;
 }
 
 struct Kernels {
@@ -814,11 +836,50 @@ pub fn chunk_prefill(
         };
         // SAFETY: as for the launches below (pointers live in the stream's context, lengths and
         // strides checked above); the kernel clamps cu_seqlens and treats bad slots as padding.
-        // DK_ERR_UNSUPPORTED (K != 128, V % 64 != 0, not sm_90) enqueues nothing: the Triton
-        // pipeline runs instead.
+        // DK_ERR_UNSUPPORTED (K != 128, V % 64 != 0, not sm_90) and DK_ERR_NO_KERNEL_IMAGE (a
+        // build without an sm_90a image) enqueue nothing: the Triton pipeline runs instead.
         match unsafe { dk_gdr_chunk_prefill_fused_sm90(&raw const prm, s) } {
-            ffi::dk_status::DK_ERR_UNSUPPORTED => pipe = DEFAULT_PIPELINE,
+            ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
+                pipe = DEFAULT_PIPELINE;
+            }
             st => return check(OP, st),
+        }
+    }
+    // The sm_90a state pass runs after the W/U pass: every check of its launcher is made here,
+    // before anything is enqueued, so that a device or build without it (DK_ERR_UNSUPPORTED /
+    // DK_ERR_NO_KERNEL_IMAGE) runs the default pipeline and any other refusal fails the call with
+    // nothing enqueued.
+    let sm90_prm =
+        (kern.wsplit.is_some() && pipe == PrefillPipeline::Sm90State).then_some(StateSm90Params {
+            k: kp,
+            w,
+            u,
+            gcum,
+            h,
+            state: stp,
+            cu_seqlens: cup,
+            slots: slp,
+            init: initp,
+            coff,
+            num_tokens: t64,
+            num_seqs: n64,
+            num_slots: ns64,
+            h_k: h_k as i64,
+            h_v: h_v as i64,
+            k_dim: kd as i64,
+            v_dim: vd as i64,
+            k_stride: ks64,
+            use_l2: l2,
+            init_mode,
+        });
+    if let Some(prm) = &sm90_prm {
+        // SAFETY: a host-side check of the parameters and the device (no launch, no pointer
+        // dereferenced).
+        match unsafe { dk_gdr_chunk_state_sm90_check(prm) } {
+            ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
+                pipe = DEFAULT_PIPELINE;
+            }
+            st => check(OP, st)?,
         }
     }
     // SAFETY (all launches): every pointer is a live device allocation in the stream's context
@@ -873,30 +934,8 @@ pub fn chunk_prefill(
                 t64, ns64, hk32, hv32, ks64, vs64, l2,
             ),
         )?;
-        if kern.wsplit.is_some() && pipe == PrefillPipeline::Sm90State {
-            let prm = StateSm90Params {
-                k: kp,
-                w,
-                u,
-                gcum,
-                h,
-                state: stp,
-                cu_seqlens: cup,
-                slots: slp,
-                init: initp,
-                coff,
-                num_tokens: t64,
-                num_seqs: n64,
-                num_slots: ns64,
-                h_k: h_k as i64,
-                h_v: h_v as i64,
-                k_dim: kd as i64,
-                v_dim: vd as i64,
-                k_stride: ks64,
-                use_l2: l2,
-                init_mode,
-            };
-            check(OP, dk_gdr_chunk_state_sm90(&raw const prm, s))?;
+        if let (Some(prm), PrefillPipeline::Sm90State) = (&sm90_prm, pipe) {
+            check(OP, dk_gdr_chunk_state_sm90(prm, s))?;
         } else {
             check(
                 OP,
