@@ -970,6 +970,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
           pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched without an sm_90a image (prepare); fail loudly if it is
 #endif  // DK_ATTN_SM90A
 }
 
@@ -984,7 +986,8 @@ dk_status prepare(int dev) {
     if (cudaFuncGetAttributes(&attr, prefill_kernel<HD, PP, VAR>) != cudaSuccess) {
       (void)cudaGetLastError();
       state[dev] = 2;
-    } else if (attr.binaryVersion != 90 || attr.ptxVersion < 90) {
+    } else if (attr.binaryVersion != 90 || attr.ptxVersion < 90 || !sm90a_image(dev)) {
+      // An sm_90 (not 90a) image also reports 9.0 but has the kernel body compiled out.
       state[dev] = 2;
     } else if (cudaFuncSetAttribute(prefill_kernel<HD, PP, VAR>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,

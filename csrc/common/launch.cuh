@@ -10,6 +10,11 @@ namespace dk {
 // Records `e` as this thread's last CUDA error (read back with dk_last_cuda_error).
 void set_last_cuda_error(int e);
 
+// Whether the device image of this library that runs on device `dev` was compiled with the sm_90a
+// features (see csrc/common/status.cu): the sm_90a-only kernels' launchers check it and return
+// DK_ERR_NO_KERNEL_IMAGE otherwise, since an sm_90 image has their bodies compiled out. Cached.
+bool sm90a_image(int dev);
+
 // Maps the launch result of the kernel just enqueued to a status.
 inline dk_status launch_status() {
   cudaError_t e = cudaGetLastError();

@@ -457,29 +457,48 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
 // items' state reads in flight while it computes and writes another: the load / compute / store
 // phases of the one-shot kernel overlap inside each SM instead of only across CTAs.
 // Padding rows: the stage's barrier is completed by a plain arrive (no copy), the CTA writes zeros.
+// The bulk-copy / mbarrier PTX below needs sm_90. Device passes for older archs (the portable
+// `80;90a` build) compile these helpers and the TMA kernel to a trap; launch_tma never launches it
+// on a device below compute capability 9.0.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define DK_GDR_DECODE_NO_TMA 1
+#endif
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#ifndef DK_GDR_DECODE_NO_TMA
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#endif
 }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#ifndef DK_GDR_DECODE_NO_TMA
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#ifndef DK_GDR_DECODE_NO_TMA
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+#endif
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#ifdef DK_GDR_DECODE_NO_TMA
+  __trap();
+#else
   uint32_t done = 0;
   do {
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   } while (!done);
+#endif
 }
 // Bulk copy global -> shared completing `bytes` on bar. EF: L2 evict-first policy on the read.
 template <bool EF>
 __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#ifdef DK_GDR_DECODE_NO_TMA
+  __trap();
+#else
   if constexpr (EF) {
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
@@ -490,6 +509,7 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t by
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
   }
+#endif
 }
 
 template <int K, int BV, int NW, int NS>
@@ -499,6 +519,9 @@ constexpr size_t tma_smem_bytes() {
 
 template <int K, int V, int BV, int NW, int NS, bool L2, bool EF>
 __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, int64_t num_items) {
+#ifdef DK_GDR_DECODE_NO_TMA
+  __trap();
+#else
   using G = Geo<K, V, BV, NW>;
   constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
   constexpr uint32_t kStageFloats = K * BV;
@@ -595,7 +618,11 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 #pragma unroll
     for (int i = 0; i < R; ++i) store_state<0>(gst + static_cast<int64_t>(kt + i * KT) * V, s[i]);
   }
+#endif
 }
+
+template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
+dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream);
 
 // Launches the TMA-fed persistent kernel: grid = min(items, SMs x resident CTAs per SM).
 template <int K, int V, int BV, int NW, int NS, bool EF = false>
@@ -612,6 +639,10 @@ dk_status launch_tma(const Args& a, bool l2, cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
   if (dev < 0 || dev >= kMaxDevices) return DK_ERR_UNSUPPORTED;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return dk::launch_status();
+  // Bulk copies need sm_90: the opt-in TMA path runs the default register kernel elsewhere.
+  if (major < 9) return launch_reg<K, V>(a, l2, stream);
   int64_t cap = caps[l2][dev].load(std::memory_order_relaxed);
   if (cap == 0) {
     int sms = 0, per_sm = 0;
@@ -710,7 +741,7 @@ inline Path path_selected() {
 // K = V = 128: at T = 4 the 64-column FG tile is 4% faster than the whole-head one from 1536 pairs,
 // the whole-head one 9% faster at 384 pairs; both 15-20% faster than BV = 16, which the earlier
 // dispatch took for every T > 1). FG: the FG kernels (with PRE).
-template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
+template <int K, int V, bool PRE, bool FG, bool WH, bool ALLT>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
   const bool wide_t = a.t == 1 || ALLT;
   if constexpr (K == 128 && V == 128) {
