@@ -4,7 +4,8 @@
 # root with the bundle (tools/gpu-bundle; `.gpu`, or the folder DELTAKIT_BUNDLE_DIR names) carried.
 # Logs go to $OUT (<= 6 files); a summary prints last.
 #
-#   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [ncugraph]
+#   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [tunelog] [tunemodes]
+#                              [gemmab] [ncugraph]
 #                                                          (default: tests bench memcheck)
 #
 #   tests     graph_cuda (graph == eager, join/leave, padding, device sampler), golden_cuda (HF
@@ -15,9 +16,10 @@
 #             runs with DELTAKIT_REPLAY_TIMING=1 (replay GPU time vs wall time between launches)
 #   memcheck  compute-sanitizer memcheck over graph_cuda's padded-rows test (graph replay)
 #   breakdown `deltakit bench --breakdown` at 9B b1 / b16 and 27B b1 (per-op-family GPU time)
-#   ab        skinny-GEMM autotune A/B: the default (L2 flushed between timed launches, 16
-#             candidates) vs DELTAKIT_GEMM_TUNE=hot with 8 candidates (the tuning before
-#             2026-12-01), 9B b1 / b16 and 27B b1, graphs
+#   ab        skinny-GEMM autotune A/B: the default tuner (16 candidates + split-K + legacy,
+#             each launch timed alone over a rotation of weight copies) vs DELTAKIT_GEMM_TUNE=hot
+#             with 8 candidates (back-to-back launches of the real weights), 9B b1 / b16 and 27B
+#             b1, graphs
 #   tunelog   the skinny-GEMM tuning log (DELTAKIT_GEMM_TUNE_LOG=1) of a 9B b1 run: best candidate per
 #             M = 1 shape
 #   tunemodes skinny-GEMM tuning modes A/B (DELTAKIT_GEMM_TUNE=single, the default, vs stream):

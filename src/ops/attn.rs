@@ -456,7 +456,8 @@ pub enum PrefillKernel {
     /// product; 2: 64, 2 stages, late P; 3: 48, 3 stages, late P; 4: as 2 with 56 producer / 224
     /// consumer registers; 5: as 1 with those registers; 6: as 5 with the producer
     /// loading K one tile ahead of V; 7: as 5 with the fast softmax (raw-score max, one FFMA per
-    /// exponent, O rescale skipped when no row max changed; scale > 0, else 5 runs; the default);
+    /// exponent, O rescale skipped when no row max changed; scale > 0, else 5 runs; the default
+    /// until 2026-12-01, session 4);
     /// 8: 6 + 7; 9: as 7 with the K/V tiles loaded by TMA (`cp.async.bulk.tensor`, 128B swizzle;
     /// page sizes not a multiple of 16 run 7; 13% slower than 7 on an H200). 10-15: as 7 with the
     /// softmax exponentials pinned under the PV product and the O rescale moved before the next
@@ -466,7 +467,8 @@ pub enum PrefillKernel {
     /// 16 (= 7 otherwise) launch the row blocks heaviest first across all kv heads (LPT order);
     /// 17-22: the split TMA producer (odd: ping-pong, even: free-running), 17/18 in the
     /// kv-head-major order, 19/20 LPT with the output staged through shared memory (coalesced
-    /// 16-byte stores), 21/22 staged in the kv-head-major order.
+    /// 16-byte stores; 19 is the default, what `Auto` runs), 21/22 staged in the kv-head-major
+    /// order.
     /// Same results up to rounding. Values above 22 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),

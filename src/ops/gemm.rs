@@ -199,9 +199,21 @@ impl Drop for Plan {
 
 /// A cuBLASLt handle bound to one stream, with its workspace and per-shape plan cache.
 ///
-/// Create one per stream (the engine: one per rank). Calls are enqueued on that stream; plan
-/// creation (first call of a shape) does host work only, so capture a CUDA graph after a warm-up
-/// call per shape.
+/// Create one per stream (the engine: one per rank). Calls are enqueued on that stream. The
+/// first call of a shape creates its plan; for skinny shapes (`M <=` [`TUNE_MAX_M`], not
+/// `accumulate`) it also tunes: it allocates a temporary rotation of weight copies (up to
+/// [`TUNE_ROTATE_BYTES`]), times every candidate on the stream and synchronises with it. So
+/// make one warm-up call per shape before capturing a CUDA graph: a shape first seen during
+/// capture keeps the heuristic's first choice, and is not tuned later.
+///
+/// Runtime switches (read once per process; profiling and A/B aids):
+/// - `DELTAKIT_GEMM_TUNE=single|stream|hot`: how candidates are timed (default `single`: each
+///   launch alone between its own CUDA events, median over the weight-copy rotation; `stream`:
+///   back-to-back launches over the rotation, mean; `hot`: back-to-back launches of the real
+///   weights, mean). Other values mean `single`.
+/// - `DELTAKIT_GEMM_TUNE_CANDIDATES=N` (1..=64, default [`TUNE_CANDIDATES`]; 1 = no tuning).
+/// - `DELTAKIT_GEMM_LEGACY=0`: leave the legacy `cublasGemmEx` candidate out.
+/// - `DELTAKIT_GEMM_TUNE_LOG=1`: print every candidate's time and the choice per shape to stderr.
 pub struct Gemm {
     handle: sys::cublasLtHandle_t,
     stream: Arc<CudaStream>,
@@ -255,6 +267,14 @@ impl Gemm {
     /// loaded or initialised.
     pub fn new(stream: Arc<CudaStream>) -> Result<Self> {
         stream.context().bind_to_thread()?;
+        // cudarc's dynamic loading panics on a missing library; ask first.
+        // SAFETY: only tries to load the library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: "libcublasLt could not be loaded".into(),
+            });
+        }
         let handle = lt::create_handle().map_err(blas("create handle"))?;
         let workspace = match stream.alloc_zeros::<u8>(WORKSPACE_BYTES) {
             Ok(w) => w,
@@ -394,6 +414,11 @@ impl Gemm {
     fn legacy_handle(&self) -> Option<legacy_sys::cublasHandle_t> {
         self.legacy
             .get_or_init(|| {
+                // cudarc's dynamic loading panics on a missing library; ask first.
+                // SAFETY: only tries to load the library.
+                if !unsafe { legacy_sys::is_culib_present() } {
+                    return None;
+                }
                 let h = legacy::create_handle().ok()?;
                 let handle = LegacyHandle(h);
                 let (wsp, _g) = self.workspace.device_ptr(&self.stream);

@@ -2,7 +2,7 @@
 //! in-process CPU implementation ([`CpuComm`], threads + a condition variable) that the CPU
 //! backend uses so that tensor parallelism runs and is tested without GPUs — also across
 //! processes, over TCP ([`CpuComm::over_tcp`], [`crate::dist::tcp_comm`]) — and (feature `cuda`)
-//! [`nccl::NcclComm`] over NCCL through cudarc.
+//! `nccl::NcclComm` over NCCL through cudarc.
 //!
 //! What this module owns: the rank/world identity of a communicator, the two collectives the
 //! model needs (sum all-reduce in place, all-gather), and **abort**: every communicator hands out

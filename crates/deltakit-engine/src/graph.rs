@@ -46,8 +46,6 @@ use crate::rank::{Rank, RankReport, StepRunner, WantRows};
 use crate::sampling::{RowSampling, Sampled};
 use crate::state::CacheConfig;
 
-/// The sampling mode a decode step needs: greedy when every row is greedy (the kernels'
-/// definition: temperature NaN, `<= 0` or too small to invert).
 /// `DELTAKIT_NCU_REPLAY=N` (a profiling aid): the `N`-th graph replay of the process runs between
 /// `cuProfilerStart` and `cuProfilerStop`, so `ncu --profile-from-start off --graph-profiling node`
 /// profiles exactly one decode step's kernels. Returns whether this replay is that one (the caller
@@ -94,6 +92,8 @@ impl std::fmt::Debug for ReplayTiming {
     }
 }
 
+/// The sampling mode a decode step needs: greedy when every row is greedy (the kernels'
+/// definition: temperature NaN, `<= 0` or too small to invert).
 fn mode_of(rows: &[RowSampling]) -> SampleMode {
     if rows.iter().all(|r| deltakit_ref::sample::inverse_temperature(r.temperature).is_none()) {
         SampleMode::Greedy

@@ -37,7 +37,7 @@ impl Source {
     }
 }
 
-/// CUDA-graph settings of a CUDA engine ([`crate::graph`], feature `cuda`; ignored on the CPU).
+/// CUDA-graph settings of a CUDA engine (the `graph` module, feature `cuda`; ignored on the CPU).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GraphOptions {
     /// Capture and replay decode graphs (`--no-graphs` turns them off).

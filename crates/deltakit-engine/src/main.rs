@@ -247,6 +247,15 @@ fn main() -> std::process::ExitCode {
     deltakit_engine::dist::control::finish(failure.as_deref().map_or(Ok(()), Err));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of our stdout went away (`... | head`): not an error of ours.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             let _ = std::io::stderr().lock().write_all(format!("Error: {e:?}\n").as_bytes());
             std::process::ExitCode::FAILURE
@@ -347,8 +356,8 @@ fn check_cpu_memory(cfg: &ModelConfig, elem: usize, cache: &CacheConfig, tp: usi
             bail!(
                 "the CPU backend needs {:.1} GB: {elem}-byte weights, {:.1} GB for {:.2} B \
                  parameters (with the loader's f32 staging of the largest tensor), and {:.1} GB \
-                 of KV / GDN state for {} sequences of up to {} tokens (lower --batch or the \
-                 lengths), but only {:.1} GB of memory is available",
+                 of KV / GDN state for {} sequences of up to {} tokens (fewer sequences: --batch \
+                 or prompts; or shorter lengths), but only {:.1} GB of memory is available",
                 bytes as f64 / 1e9,
                 weights as f64 / 1e9,
                 cfg.num_parameters() as f64 / 1e9,
@@ -781,6 +790,19 @@ fn run_generate(
             writeln!(out, "[{i}] {}{text}", prompts[i].0)?;
         }
     }
+    if !a.json {
+        // JSON output carries the reason per request; in text mode say it when the context, not
+        // --max-tokens or a stop token, ended a request.
+        for (i, c) in completions.iter().enumerate() {
+            if c.reason == deltakit_engine::generate::FinishReason::Context {
+                eprintln!(
+                    "note: request {i} stopped at the maximum context after {} new tokens \
+                     (fewer than --max-tokens)",
+                    c.tokens.len()
+                );
+            }
+        }
+    }
     eprintln!(
         "model {} ({} layers, {:.2} M params) on {} | load {load_s:.2}s",
         dir.display(),
@@ -1144,52 +1166,58 @@ fn run_eval(job: &EvalJob<'_>, mut engine: Engine, t0: Instant) -> Result<()> {
 // Fallible only with feature `cuda` (device queries).
 #[cfg_attr(not(feature = "cuda"), allow(clippy::unnecessary_wraps))]
 fn info() -> Result<()> {
-    println!("deltakit {}", env!("CARGO_PKG_VERSION"));
-    println!("cpu reference backend: yes (deltakit-ref)");
+    // Written with `?` (not println!): a closed pipe (`deltakit info | head -1`) ends the
+    // command quietly instead of panicking.
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "deltakit {}", env!("CARGO_PKG_VERSION"))?;
+    writeln!(o, "cpu reference backend: yes (deltakit-ref)")?;
     #[cfg(feature = "cuda")]
     {
-        println!(
+        writeln!(
+            o,
             "cuda backend: built (engine on one GPU, bf16: cuBLASLt GEMM, gdr.chunk_prefill / \
              gdr.decode, conv1d, attn.prep / prefill / decode, norms; --device cuda:N)"
-        );
+        )?;
         match deltakit::try_context(0) {
             Some(_) => {
                 let n = deltakit::cudarc::driver::CudaContext::device_count()?;
-                println!("cuda devices: {n}");
+                writeln!(o, "cuda devices: {n}")?;
                 for i in 0..usize::try_from(n).unwrap_or(0) {
                     if let Some(ctx) = deltakit::try_context(i) {
                         let (maj, min) = ctx.compute_capability()?;
-                        println!("  cuda:{i}: {} (sm_{maj}{min})", ctx.name()?);
+                        writeln!(o, "  cuda:{i}: {} (sm_{maj}{min})", ctx.name()?)?;
                     }
                 }
             }
-            None => println!("cuda devices: none usable on this machine"),
+            None => writeln!(o, "cuda devices: none usable on this machine")?,
         }
         match deltakit_engine::comm::nccl::loaded() {
-            Ok(v) => println!("nccl: loaded (version code {v}); --tp N runs one GPU per rank"),
-            Err(e) => println!("nccl: not available ({e}); --tp > 1 on CUDA will fail"),
+            Ok(v) => writeln!(o, "nccl: loaded (version code {v}); --tp N runs one GPU per rank")?,
+            Err(e) => writeln!(o, "nccl: not available ({e}); --tp > 1 on CUDA will fail")?,
         }
     }
     #[cfg(not(feature = "cuda"))]
-    println!("cuda backend: not built (rebuild with `--features cuda`); nccl: not built");
-    println!("tensor parallel: --tp N (cpu: in-process communicator; cuda: NCCL)");
-    println!(
+    writeln!(o, "cuda backend: not built (rebuild with `--features cuda`); nccl: not built")?;
+    writeln!(o, "tensor parallel: --tp N (cpu: in-process communicator; cuda: NCCL)")?;
+    writeln!(
+        o,
         "one process per rank: --nproc-per-node N [--nnodes M --node-rank K --rendezvous \
          HOST:PORT], or RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT (cpu: TCP \
          communicator; cuda: NCCL with the id handed out at the rendezvous)"
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "engine: Qwen3.5 dense (GDN + gated attention), backends: cpu{}",
         if cfg!(feature = "cuda") { ", cuda" } else { " (cuda: rebuild with --features cuda)" }
-    );
+    )?;
     match bundled_model_dir() {
-        Ok(d) => println!("bundled model: {}", d.display()),
-        Err(_) => println!("bundled model: not found from here"),
+        Ok(d) => writeln!(o, "bundled model: {}", d.display())?,
+        Err(_) => writeln!(o, "bundled model: not found from here")?,
     }
     // Prove the CPU path end to end on a tiny op.
     let (x, y) = ([1.0f32, 2.0, 3.0], [0.5f32, 0.25, 0.125]);
     let mut out = [0.0f32; 3];
     deltakit_ref::smoke::vadd_f32(&x, &y, &mut out)?;
-    println!("cpu smoke.vadd([1,2,3],[0.5,0.25,0.125]) = {out:?}");
+    writeln!(o, "cpu smoke.vadd([1,2,3],[0.5,0.25,0.125]) = {out:?}")?;
     Ok(())
 }
