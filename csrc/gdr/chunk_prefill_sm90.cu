@@ -471,40 +471,13 @@ __global__ void __launch_bounds__(Plan<VAR>::kThreadsV, 1) state_kernel(const __
 #endif  // DK_GDR_SM90A
 }
 
-// Never launched: its static shared memory marks the image the runtime picked for this file on the current device as
-// compiled with sm_90a features (an sm_90 / lower-arch SASS or a JIT of lower-arch PTX has the kernel bodies above
-// compiled out). Read through cudaFuncGetAttributes (no launch, no synchronization).
-constexpr int kProbeWords = 1024;  // 4 KB: far above the 1 KB a driver may reserve per block
-__global__ void sm90a_probe_kernel(int* out) {
-#ifdef DK_GDR_SM90A
-  __shared__ int mark[kProbeWords];
-  mark[threadIdx.x % kProbeWords] = int(threadIdx.x);
-  __syncthreads();
-  out[threadIdx.x] = mark[(threadIdx.x + 1) % kProbeWords];
-#endif
-}
-
 }  // namespace gdr_sm90
 }  // namespace dk
 
 namespace {
-// Whether the image of this file that runs on device `dev` has the sm_90a kernel bodies (see sm90a_probe_kernel):
-// binary 9.0 and the probe's marker shared memory present. Cached per device.
-dk_status sm90a_image(int dev) {
-  using namespace dk::gdr_sm90;
-  static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 no sm_90a image (zero-initialized)
-  if (dev < 0 || dev >= 64) return DK_ERR_NO_KERNEL_IMAGE;
-  if (state[dev].load(std::memory_order_acquire) == 0) {
-    cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, sm90a_probe_kernel) != cudaSuccess) {
-      (void)cudaGetLastError();
-      state[dev] = 2;
-    } else {
-      state[dev] = attr.binaryVersion == 90 && attr.sharedSizeBytes >= kProbeWords * sizeof(int) ? 1 : 2;
-    }
-  }
-  return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
-}
+// Whether the library's device image on `dev` has the sm_90a kernel bodies (dk::sm90a_image, csrc/common/status.cu:
+// one never-launched probe kernel; every .cu is built for the same archs). Cached per device there.
+dk_status sm90a_image(int dev) { return dk::sm90a_image(dev) ? DK_OK : DK_ERR_NO_KERNEL_IMAGE; }
 
 // Everything launch_state checks before it enqueues: DK_OK when the state pass can be launched with *p.
 dk_status check_state(const DkGdrStateSm90Params* p, int variant) {
