@@ -104,3 +104,59 @@ pub fn embedding(
     // SAFETY: live device buffers of the checked lengths; the kernel bounds-checks every id.
     check(OP, unsafe { ffi::dk_mlp_embedding(&raw const params, raw_stream(stream)) })
 }
+
+/// How [`l2_prefetch`] asks for the bytes (see `csrc/mlp/l2_prefetch.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L2PrefetchMode {
+    /// `cp.async.bulk.prefetch.L2` in 32 KB pieces (sm_90; per line below).
+    Bulk,
+    /// [`L2PrefetchMode::Bulk`] with an L2 `evict_last` hint on the fetched lines.
+    BulkEvictLast,
+    /// `prefetch.global.L2::evict_last` per 128-byte line (any arch).
+    Lines,
+}
+
+/// Ask the memory system to bring the first `bytes` bytes of `buf` into L2 and return at once
+/// (`mem.l2_prefetch`, CUDA C++, `csrc/mlp/l2_prefetch.cu`). A performance hint: nothing is
+/// written and no result exists but the cache state, so it has no CPU twin; it is safe to run
+/// concurrently with any reader of `buf` (the engine runs it on a side stream while the decode
+/// step's small kernels leave DRAM idle, for the next GEMM's weight).
+///
+/// `bytes` is clamped to the buffer (`buf.len() * size_of::<T>()`); 0 enqueues nothing.
+/// `ctas` caps the grid (1..=1024 CTAs of 32 threads): each thread issues its pieces and exits.
+///
+/// # Errors
+/// [`Error::Shape`] if `ctas` is outside 1..=1024; [`Error::DeviceMismatch`];
+/// [`Error::Launch`] / [`Error::Driver`].
+pub fn l2_prefetch<T>(
+    stream: &CudaStream,
+    buf: &impl DevicePtr<T>,
+    bytes: usize,
+    mode: L2PrefetchMode,
+    ctas: usize,
+) -> Result<()> {
+    const OP: &str = "mem.l2_prefetch";
+    if !(1..=1024).contains(&ctas) {
+        return Err(Error::shape(OP, "ctas", "1..=1024", ctas));
+    }
+    same_context(OP, "buf", stream, buf)?;
+    let bytes = bytes.min(buf.len() * std::mem::size_of::<T>());
+    if bytes == 0 {
+        return Ok(());
+    }
+    bind(stream)?;
+    let (p, _g) = buf.device_ptr(stream);
+    let params = ffi::DkL2PrefetchParams {
+        ptr: p,
+        bytes: validate::i64_of(OP, "bytes", bytes)?,
+        mode: match mode {
+            L2PrefetchMode::Bulk => 0,
+            L2PrefetchMode::BulkEvictLast => 1,
+            L2PrefetchMode::Lines => 2,
+        },
+        ctas: i32::try_from(ctas).unwrap_or(1024),
+    };
+    // SAFETY: a live device buffer of at least `bytes` bytes in the stream's context; the kernel
+    // only issues prefetches inside that range and writes nothing.
+    check(OP, unsafe { ffi::dk_mem_l2_prefetch(&raw const params, raw_stream(stream)) })
+}
