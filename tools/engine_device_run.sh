@@ -210,25 +210,6 @@ l2nsys() {
   done
 }
 
-# ncu over ONE whole graph replay (--graph-profiling graph) of the 9B b1 step, L2 prefetch off vs on:
-# GPU time, DRAM bytes read / written, L2 hit rate of the whole step.
-l2ncu() {
-  local f="$out/l2ncu.log"
-  : >"$f"
-  local v
-  for v in "off 0" "${L2NSYS_ON:-bulk 24}"; do
-    # shellcheck disable=SC2086
-    set -- $v
-    echo "=== $v" >>"$f"
-    DELTAKIT_L2_PREFETCH=$1 DELTAKIT_L2_PREFETCH_MB=$2 DELTAKIT_NCU_REPLAY=40 timeout 200 ncu --clock-control none \
-      --profile-from-start off --graph-profiling graph \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
-      "$B/run" --cli bench --device cuda:0 --config tests/configs/qwen3.5-9b --load-format dummy --batch 1 \
-      --prompt-len 64 --gen-len 48 >>"$f" 2>&1
-    summary+=("l2ncu $v: rc $? | $(grep -E 'gpu__time_duration.sum|dram__bytes_read.sum|dram__bytes_write.sum|lts__t_sector_hit_rate.pct' "$f" | tail -n 4 | awk '{print $1, $(NF-1), $NF}' | tr '\n' ' ')")
-  done
-}
-
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -252,7 +233,6 @@ for s in "${steps[@]}"; do
     gemmab) gemmab ;;
     l2ab) l2ab ;;
     l2nsys) l2nsys ;;
-    l2ncu) l2ncu ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
