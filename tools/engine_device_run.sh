@@ -27,7 +27,7 @@
 #             (DELTAKIT_GEMM_TUNE_LOG=1) into tunemodes.log / tunemodes.best
 #   gemmab    decode step (graphs) with the default tuner vs DELTAKIT_GEMM_LEGACY=0 vs cuBLASLt's
 #             first heuristic choice only: 9B b1 / b16 / b64, 27B b64
-#   l2ab      decode-step L2 weight prefetch A/B: runs "model,batch,graphs|eager,mode,MiB[,ctas]" from
+#   l2ab      decode-step L2 weight prefetch A/B: runs "model batch graphs|eager mode MiB" from
 #             $L2AB_RUNS (default below; mode = DELTAKIT_L2_PREFETCH, MiB = DELTAKIT_L2_PREFETCH_MB)
 #   l2nsys    nsys timeline of 9B b1 graph replays with the L2 prefetch off and on ($L2NSYS_ON, default
 #             "bulk 24"): kernel time summed per family, per decode step (tools/nsys_step_table.py)
@@ -178,13 +178,12 @@ l2ab() {
   local r
   IFS=';' read -ra rs <<<"$runs"
   for r in "${rs[@]}"; do
-    local model batch mode pf mb ctas
-    IFS=',' read -r model batch mode pf mb ctas <<<"$r"
+    IFS=',' read -r model batch mode pf mb <<<"$r"
     local extra=()
     [ "$mode" = eager ] && extra=(--no-graphs)
     echo "=== $r" >>"$f"
     local t0; t0=$(date +%s)
-    DELTAKIT_L2_PREFETCH=$pf DELTAKIT_L2_PREFETCH_MB=$mb DELTAKIT_L2_PREFETCH_CTAS=${ctas:-32} timeout 150 "$B/run" --cli bench --device cuda:0 \
+    DELTAKIT_L2_PREFETCH=$pf DELTAKIT_L2_PREFETCH_MB=$mb timeout 150 "$B/run" --cli bench --device cuda:0 \
       --config "tests/configs/qwen3.5-$model" --load-format dummy --batch "$batch" --prompt-len 512 --gen-len 64 \
       "${extra[@]}" >>"$f" 2>&1
     summary+=("l2ab $r: rc $?, $(( $(date +%s) - t0 ))s | $(grep -E '^prefill' "$f" | tail -n 1)")
