@@ -29,8 +29,6 @@
 #             first heuristic choice only: 9B b1 / b16 / b64, 27B b64
 #   l2ab      decode-step L2 weight prefetch A/B: runs "model batch graphs|eager mode MiB" from
 #             $L2AB_RUNS (default below; mode = DELTAKIT_L2_PREFETCH, MiB = DELTAKIT_L2_PREFETCH_MB)
-#   l2nsys    nsys timeline of 9B b1 graph replays with the L2 prefetch off and on ($L2NSYS_ON, default
-#             "bulk 24"): kernel time summed per family, per decode step (tools/nsys_step_table.py)
 #   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
 #             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
 #             summarised per kernel family by tools/ncu_step_table.py
@@ -190,25 +188,6 @@ l2ab() {
   done
 }
 
-l2nsys() {
-  local f="$out/l2nsys.log"
-  : >"$f"
-  command -v nsys >/dev/null || { summary+=("l2nsys: no nsys on this host"); return; }
-  local on="${L2NSYS_ON:-bulk 24}" v
-  for v in "off 0" "$on"; do
-    # shellcheck disable=SC2086
-    set -- $v
-    local rep="/tmp/l2nsys-$1-$2"
-    echo "=== $v" >>"$f"
-    DELTAKIT_L2_PREFETCH=$1 DELTAKIT_L2_PREFETCH_MB=$2 timeout 200 nsys profile -o "$rep" --force-overwrite true \
-      --cuda-graph-trace=node --trace=cuda "$B/run" --cli bench --device cuda:0 --config tests/configs/qwen3.5-9b \
-      --load-format dummy --batch 1 --prompt-len 64 --gen-len 64 >>"$f" 2>&1
-    summary+=("l2nsys $v: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
-    nsys stats --report cuda_gpu_trace --format csv --output "$rep" "$rep.nsys-rep" >/dev/null 2>&1
-    python3 "$(dirname "$0")/nsys_step_table.py" "$rep"_cuda_gpu_trace.csv "$v" >>"$out/l2nsys.table" 2>&1
-  done
-}
-
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -231,7 +210,6 @@ for s in "${steps[@]}"; do
     tunemodes) tunemodes ;;
     gemmab) gemmab ;;
     l2ab) l2ab ;;
-    l2nsys) l2nsys ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
@@ -240,6 +218,5 @@ echo "==== engine device run ($(( $(date +%s) - t_start ))s; logs in $out)"
 printf '%s\n' "${summary[@]}"
 [ -f "$out/breakdown.log" ] && grep -E "^===|^breakdown|^  " "$out/breakdown.log"
 [ -f "$out/tunelog.best" ] && cat "$out/tunelog.best"
-[ -f "$out/l2nsys.table" ] && cat "$out/l2nsys.table"
 [ -f "$out/tunemodes.best" ] && grep -E '^===|M=1 ' "$out/tunemodes.best" | head -n 60
 [ -f "$out/ncugraph.log" ] && grep -A60 "^ncu step table" "$out/ncugraph.log"

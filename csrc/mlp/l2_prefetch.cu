@@ -21,16 +21,14 @@ constexpr int kThreads = 32;
 constexpr int64_t kPiece = 32 * 1024;  // bytes per bulk prefetch instruction
 constexpr int64_t kLine = 128;
 
-// Unit u (a piece in the bulk modes, a line in mode 2) goes to CTA u % gridDim.x, so a range of
-// fewer units than the grid cap lands on as many SMs (copy engines / load queues) as it can.
 __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(uint64_t lo, uint64_t hi, int mode) {
-  const uint64_t first = static_cast<uint64_t>(threadIdx.x) * gridDim.x + blockIdx.x;
-  const uint64_t step = static_cast<uint64_t>(gridDim.x) * kThreads;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(gridDim.x) * kThreads;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (mode != 2) {
     uint64_t policy = 0;
     if (mode == 1) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    for (uint64_t a = lo + first * kPiece; a < hi; a += step * kPiece) {
+    for (uint64_t a = lo + static_cast<uint64_t>(tid) * kPiece; a < hi; a += static_cast<uint64_t>(nthreads) * kPiece) {
       const uint32_t n = static_cast<uint32_t>(hi - a < static_cast<uint64_t>(kPiece) ? hi - a : kPiece);
       if (mode == 1) {
         asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a), "r"(n), "l"(policy)
@@ -43,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(uint64_t lo, uint
   }
 #endif
   (void)mode;
-  for (uint64_t a = lo + first * kLine; a < hi; a += step * kLine) {
+  for (uint64_t a = lo + static_cast<uint64_t>(tid) * kLine; a < hi; a += static_cast<uint64_t>(nthreads) * kLine) {
     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a) : "memory");
   }
 }
@@ -58,7 +56,7 @@ extern "C" dk_status dk_mem_l2_prefetch(const DkL2PrefetchParams* p, dk_stream_t
   const uint64_t lo = (p->ptr + 15) & ~uint64_t{15};
   const uint64_t hi = (p->ptr + static_cast<uint64_t>(p->bytes)) & ~uint64_t{15};
   if (hi <= lo) return DK_OK;
-  const int64_t unit = p->mode == 2 ? kLine : kPiece;
+  const int64_t unit = p->mode == 2 ? kLine * kThreads : kPiece * kThreads;
   const int64_t need = dk::ceil_div(static_cast<int64_t>(hi - lo), unit);
   const int grid = static_cast<int>(need < p->ctas ? need : p->ctas);
   l2_prefetch_kernel<<<grid, kThreads, 0, stream>>>(lo, hi, p->mode);
