@@ -1,6 +1,5 @@
 //! GPU tests: `mlp.silu_and_mul`, `mlp.embedding`, `attn.output_gate`, `sample.argmax` vs
-//! deltakit-ref (bit-exact: same f32 math and rounding points); `mem.l2_prefetch` leaves memory
-//! untouched.
+//! deltakit-ref (bit-exact: same f32 math and rounding points).
 mod common;
 
 use deltakit::ops::{attn, mlp, sample};
@@ -117,36 +116,4 @@ fn argmax_matches_reference_at_qwen_vocab() {
     let mut ids = stream.clone_htod(&[9i32, 9]).unwrap();
     sample::argmax(&stream, &dl, 1000, &mut ids).unwrap();
     assert_eq!(stream.clone_dtoh(&ids).unwrap(), vec![3, -1]);
-}
-
-/// `mem.l2_prefetch` is a hint: it must leave the buffer (and its neighbours) bit-for-bit as they
-/// were, in every mode, for odd sizes and offsets, and refuse a bad grid cap with a typed error.
-#[test]
-fn l2_prefetch_writes_nothing_and_checks_args() {
-    let Some(ctx) = gpu_or_skip("l2_prefetch_writes_nothing_and_checks_args") else { return };
-    let stream = ctx.default_stream();
-    let (mut rng, seed) = common::rng(21);
-    let n = (3 << 20) + 7; // 6 MiB + 14 bytes of bf16: several 32 KB pieces, ragged end
-    let host: Vec<bf16> = bf(&common::randn_f32(&mut rng, n));
-    let buf = stream.clone_htod(&host).unwrap();
-    let modes =
-        [mlp::L2PrefetchMode::Bulk, mlp::L2PrefetchMode::BulkEvictLast, mlp::L2PrefetchMode::Lines];
-    for mode in modes {
-        for &(off, bytes, ctas) in
-            &[(0usize, usize::MAX, 32usize), (3, 1 << 20, 1), (1001, 77, 1024), (5, 0, 8)]
-        {
-            let view = buf.slice(off..);
-            mlp::l2_prefetch(&stream, &view, bytes, mode, ctas).unwrap();
-        }
-    }
-    let back = stream.clone_dtoh(&buf).unwrap();
-    assert!(
-        back.iter().zip(&host).all(|(a, b)| a.to_bits() == b.to_bits()),
-        "seed={seed}: a prefetch changed the buffer"
-    );
-    for bad in [0usize, 1025] {
-        let e =
-            mlp::l2_prefetch(&stream, &buf, 1 << 20, mlp::L2PrefetchMode::Bulk, bad).unwrap_err();
-        assert!(e.to_string().contains("ctas"), "ctas={bad}: {e}");
-    }
 }

@@ -5,7 +5,7 @@
 # Logs go to $OUT (<= 6 files); a summary prints last.
 #
 #   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [tunelog] [tunemodes]
-#                              [gemmab] [l2ab] [ncugraph]
+#                              [gemmab] [ncugraph]
 #                                                          (default: tests bench memcheck)
 #
 #   tests     graph_cuda (graph == eager, join/leave, padding, device sampler), golden_cuda (HF
@@ -27,8 +27,6 @@
 #             (DELTAKIT_GEMM_TUNE_LOG=1) into tunemodes.log / tunemodes.best
 #   gemmab    decode step (graphs) with the default tuner vs DELTAKIT_GEMM_LEGACY=0 vs cuBLASLt's
 #             first heuristic choice only: 9B b1 / b16 / b64, 27B b64
-#   l2ab      decode-step L2 weight prefetch A/B: runs "model batch graphs|eager mode MiB" from
-#             $L2AB_RUNS (default below; mode = DELTAKIT_L2_PREFETCH, MiB = DELTAKIT_L2_PREFETCH_MB)
 #   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
 #             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
 #             summarised per kernel family by tools/ncu_step_table.py
@@ -44,11 +42,8 @@ B="${DELTAKIT_BUNDLE_DIR:-.gpu}"
 tests() {
   local f="$out/tests.log"
   : >"$f"
-  local list=("graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" "elementwise"
-              "sample" "attn -- prep" "init_dummy -- --nocapture" "deltakit_engine -- dummy_init")
-  # ENGINE_TESTS="a;b -- filter" runs only those (same syntax as the list above).
-  [ -n "${ENGINE_TESTS:-}" ] && IFS=';' read -ra list <<<"$ENGINE_TESTS"
-  for t in "${list[@]}"; do
+  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" "elementwise" "sample" "attn -- prep" \
+           "init_dummy -- --nocapture" "deltakit_engine -- dummy_init"; do
     local t0; t0=$(date +%s)
     # shellcheck disable=SC2086
     timeout 240 "$B/run" $t >>"$f" 2>&1
@@ -169,25 +164,6 @@ gemmab() {
   done
 }
 
-l2ab() {
-  local f="$out/l2ab.log"
-  : >"$f"
-  local runs="${L2AB_RUNS:-9b,1,graphs,off,0;9b,1,graphs,bulk,24;9b,1,graphs,bulk_last,24;9b,1,graphs,bulk_last,48;9b,16,graphs,off,0;9b,16,graphs,bulk_last,24;9b,64,graphs,off,0;9b,64,graphs,bulk_last,24;27b,1,graphs,off,0;27b,1,graphs,bulk_last,24;9b,1,eager,bulk_last,24}"
-  local r
-  IFS=';' read -ra rs <<<"$runs"
-  for r in "${rs[@]}"; do
-    IFS=',' read -r model batch mode pf mb <<<"$r"
-    local extra=()
-    [ "$mode" = eager ] && extra=(--no-graphs)
-    echo "=== $r" >>"$f"
-    local t0; t0=$(date +%s)
-    DELTAKIT_L2_PREFETCH=$pf DELTAKIT_L2_PREFETCH_MB=$mb timeout 150 "$B/run" --cli bench --device cuda:0 \
-      --config "tests/configs/qwen3.5-$model" --load-format dummy --batch "$batch" --prompt-len 512 --gen-len 64 \
-      "${extra[@]}" >>"$f" 2>&1
-    summary+=("l2ab $r: rc $?, $(( $(date +%s) - t0 ))s | $(grep -E '^prefill' "$f" | tail -n 1)")
-  done
-}
-
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -209,7 +185,6 @@ for s in "${steps[@]}"; do
     tunelog) tunelog ;;
     tunemodes) tunemodes ;;
     gemmab) gemmab ;;
-    l2ab) l2ab ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

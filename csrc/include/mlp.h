@@ -59,20 +59,4 @@ typedef struct DkArgmaxParams {
 /** sample.argmax (CUDA C++). */
 dk_status dk_sample_argmax(const DkArgmaxParams *p, dk_stream_t stream);
 
-/** mem.l2_prefetch params: bring the bytes [ptr, ptr + bytes) into L2 (a hint: nothing is
- * written, no result but the cache state; the kernel returns once the fetches are issued).
- * mode 0: cp.async.bulk.prefetch.L2 in 32 KB pieces (sm_90); 1: the same with an L2 evict_last
- * hint; 2: prefetch.global.L2::evict_last per 128-byte line (any arch; modes 0 / 1 run as 2 below
- * sm_90). ctas: grid size cap (1..=1024), 32 threads each. Partial 16-byte units at the ends are
- * skipped. */
-typedef struct DkL2PrefetchParams {
-  uint64_t ptr;
-  int64_t bytes;
-  int32_t mode;
-  int32_t ctas;
-} DkL2PrefetchParams;
-
-/** mem.l2_prefetch (CUDA C++; csrc/mlp/l2_prefetch.cu). */
-dk_status dk_mem_l2_prefetch(const DkL2PrefetchParams *p, dk_stream_t stream);
-
 #endif

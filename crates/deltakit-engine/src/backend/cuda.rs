@@ -265,75 +265,8 @@ pub struct CudaBackend {
     /// Token id of padded decode rows ([`CudaBackend::set_padding_token`]).
     padding_token: std::sync::atomic::AtomicU32,
     prof: Mutex<Profiler>,
-    /// Decode-step L2 weight prefetch ([`L2Prefetch`]; `None` when off).
-    prefetch: Option<L2Prefetch>,
     /// Tensor-parallel communicator (last: dropped after every buffer above).
     comm: Option<NcclComm>,
-}
-
-/// Decode-step L2 weight prefetch: right after a decode GEMM is enqueued, the model asks for the
-/// next GEMM's weight ([`Backend::prefetch_weight`]); this forks a side stream at that point
-/// (it starts when the GEMM ends) and launches `mem.l2_prefetch` on it for the weight's first
-/// `cap_bytes`, so the short kernels between the two GEMMs (norms, conv1d.update, gdr.decode,
-/// attention), during which DRAM idles at small batch, fill L2 with bytes the next GEMM reads.
-/// [`Backend::prefetch_join`] joins the side stream back at the end of the step (a graph capture
-/// must join its forks). Weights are read-only during a step, so the side stream needs no other
-/// ordering. Configured once from the environment ([`L2Prefetch::from_env`]).
-struct L2Prefetch {
-    side: Arc<CudaStream>,
-    fork: deltakit::cudarc::driver::CudaEvent,
-    join: deltakit::cudarc::driver::CudaEvent,
-    mode: mlp::L2PrefetchMode,
-    cap_bytes: usize,
-    ctas: usize,
-    /// Prefetches enqueued since the last join.
-    pending: std::sync::atomic::AtomicBool,
-}
-
-impl L2Prefetch {
-    /// `DELTAKIT_L2_PREFETCH` = `off` | `bulk` | `bulk_last` | `lines` (default `bulk`),
-    /// `DELTAKIT_L2_PREFETCH_MB` = bytes per weight in MiB (default 24),
-    /// `DELTAKIT_L2_PREFETCH_CTAS` = grid cap (default 32). `None` when off.
-    fn from_env(ctx: &Arc<CudaContext>) -> Result<Option<Self>> {
-        let mode = match std::env::var("DELTAKIT_L2_PREFETCH").as_deref() {
-            Ok("off" | "0") => return Ok(None),
-            Ok("bulk_last") => mlp::L2PrefetchMode::BulkEvictLast,
-            Ok("lines") => mlp::L2PrefetchMode::Lines,
-            Ok("bulk" | "") | Err(_) => mlp::L2PrefetchMode::Bulk,
-            Ok(other) => {
-                return Err(EngineError::Config(format!(
-                    "DELTAKIT_L2_PREFETCH: expected off, bulk, bulk_last or lines, got `{other}`"
-                )))
-            }
-        };
-        let num = |name: &str, default: usize| -> Result<usize> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => v.parse().map_err(|_| {
-                    EngineError::Config(format!("{name}: expected an integer, got `{v}`"))
-                }),
-            }
-        };
-        let cap_bytes = num("DELTAKIT_L2_PREFETCH_MB", 24)? << 20;
-        if cap_bytes == 0 {
-            return Ok(None);
-        }
-        let ctas = num("DELTAKIT_L2_PREFETCH_CTAS", 32)?;
-        if !(1..=1024).contains(&ctas) {
-            return Err(EngineError::Config(format!(
-                "DELTAKIT_L2_PREFETCH_CTAS: expected 1..=1024, got {ctas}"
-            )));
-        }
-        Ok(Some(Self {
-            side: ctx.new_stream().map_err(drv)?,
-            fork: ctx.new_event(None).map_err(drv)?,
-            join: ctx.new_event(None).map_err(drv)?,
-            mode,
-            cap_bytes,
-            ctas,
-            pending: false.into(),
-        }))
-    }
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -370,7 +303,6 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(drv)?;
         let gemm = Gemm::new(stream.clone()).map_err(dk)?;
-        let prefetch = L2Prefetch::from_env(&ctx)?;
         Ok(Self {
             ordinal,
             ctx,
@@ -379,7 +311,6 @@ impl CudaBackend {
             scratch: Mutex::new(Scratch::default()),
             padding_token: 0.into(),
             prof: Mutex::default(),
-            prefetch,
             comm: None,
         })
     }
@@ -867,9 +798,6 @@ impl CudaBackend {
     /// # Errors
     /// Driver errors (e.g. an operation that cannot be captured invalidated the capture).
     pub fn end_capture(&self) -> Result<Option<deltakit::cudarc::driver::CudaGraph>> {
-        // A step that failed after a prefetch fork left the side stream unjoined: join it, so the
-        // capture ends cleanly (the step's own error is what the caller reports).
-        let _ = self.prefetch_join();
         self.stream
             .end_capture(deltakit::cudarc::driver::sys::CUgraphInstantiate_flags(0))
             .map_err(drv)
@@ -1105,23 +1033,6 @@ impl Backend for CudaBackend {
             }
             Ok(out)
         })
-    }
-
-    fn prefetch_weight(&self, w: &CudaTensor) -> Result<()> {
-        let Some(p) = &self.prefetch else { return Ok(()) };
-        p.fork.record(&self.stream).map_err(drv)?;
-        p.side.wait(&p.fork).map_err(drv)?;
-        p.pending.store(true, std::sync::atomic::Ordering::Relaxed);
-        mlp::l2_prefetch(&p.side, &w.v(), p.cap_bytes, p.mode, p.ctas).map_err(dk)
-    }
-
-    fn prefetch_join(&self) -> Result<()> {
-        let Some(p) = &self.prefetch else { return Ok(()) };
-        if p.pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            p.join.record(&p.side).map_err(drv)?;
-            self.stream.wait(&p.join).map_err(drv)?;
-        }
-        Ok(())
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {

@@ -192,26 +192,6 @@ pub trait Backend {
     /// On a shape mismatch.
     fn linear(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
 
-    /// Performance hint for decode steps: start bringing weight `w` (the next GEMM's) into the
-    /// device's cache now, without ordering anything after it. Called by the model right after
-    /// enqueueing a decode GEMM; the default does nothing (CPU). The CUDA backend forks a side
-    /// stream and runs `mem.l2_prefetch` there (`DELTAKIT_L2_PREFETCH`, see the CUDA backend).
-    ///
-    /// # Errors
-    /// Device errors.
-    fn prefetch_weight(&self, _w: &Self::Tensor) -> Result<()> {
-        Ok(())
-    }
-
-    /// Order the rest of the step after every [`Backend::prefetch_weight`] issued so far (the
-    /// model calls it at the end of a step: a CUDA graph capture must join its forked work).
-    ///
-    /// # Errors
-    /// Device errors.
-    fn prefetch_join(&self) -> Result<()> {
-        Ok(())
-    }
-
     /// Zero-centred RMSNorm (HF `Qwen3_5RMSNorm`): `x * rsqrt(mean(x^2) + eps) * (1 + w)`.
     ///
     /// # Errors

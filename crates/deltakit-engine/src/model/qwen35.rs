@@ -22,9 +22,7 @@ use std::collections::HashMap;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::backend::{
-    AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch, StepKind,
-};
+use crate::backend::{AttnCoreWeights, AttnDims, Backend, GdnDims, GdnMixWeights, StepBatch};
 use crate::config::{LayerType, ModelConfig};
 use crate::error::{EngineError, Result};
 use crate::shard::{Part, ShardPlan};
@@ -50,16 +48,6 @@ struct Layer<T> {
     /// MLP `gate_proj | up_proj` merged by rows: `[2I, D]`.
     gate_up: T,
     down: T,
-}
-
-impl<T> Layer<T> {
-    /// The layer's first GEMM weight (`in_proj` or `qkv_proj`).
-    fn mixer_in_weight(&self) -> &T {
-        match &self.mixer {
-            Mixer::Gdn { in_proj, .. } => in_proj,
-            Mixer::Attn { qkv_proj, .. } => qkv_proj,
-        }
-    }
 }
 
 /// Per-layer state of the model on a backend: one GDN state per linear-attention layer and one
@@ -376,52 +364,39 @@ impl<B: Backend> Qwen35<B> {
         }
         let eps = self.cfg.rms_norm_eps;
         let (gd, ad) = (self.gdn_dims(), self.attn_dims(page_size));
-        // Decode steps read every weight once with little else to do: ask for the next GEMM's
-        // weight as soon as the previous GEMM is enqueued (Backend::prefetch_weight).
-        let decode = batch.kind == StepKind::Decode;
-        let prefetch = |w: &B::Tensor| if decode { be.prefetch_weight(w) } else { Ok(()) };
+        let mut residual = be.embedding(ids, &self.embed)?;
         let Some(first) = self.layers.first() else {
             return Err(EngineError::Config("model has no layers".into()));
         };
-        prefetch(first.mixer_in_weight())?;
-        let mut residual = be.embedding(ids, &self.embed)?;
         let mut x = be.rms_norm(&residual, &first.input_norm, eps)?;
         for (i, layer) in self.layers.iter().enumerate() {
             before_layer(i)?;
             let mixed = match &layer.mixer {
                 Mixer::Gdn { in_proj, mix, out_proj, state } => {
                     let proj = be.linear(&x, in_proj)?;
-                    prefetch(out_proj)?;
                     let st = caches.gdn.get_mut(*state).ok_or_else(|| {
                         EngineError::Config(format!("no GDN state for layer {i}"))
                     })?;
                     let o = be.gdn_mix(&proj, mix, gd, batch, st)?;
                     let mut out = be.linear(&o, out_proj)?;
-                    prefetch(&layer.gate_up)?;
                     be.all_reduce_sum(&mut out)?;
                     out
                 }
                 Mixer::Attn { qkv_proj, o_proj, core, cache } => {
                     let qkv = be.linear(&x, qkv_proj)?;
-                    prefetch(o_proj)?;
                     let kv = caches
                         .kv
                         .get_mut(*cache)
                         .ok_or_else(|| EngineError::Config(format!("no KV cache for layer {i}")))?;
                     let o = be.attention(&qkv, core, ad, batch, kv)?;
                     let mut out = be.linear(&o, o_proj)?;
-                    prefetch(&layer.gate_up)?;
                     be.all_reduce_sum(&mut out)?;
                     out
                 }
             };
             let h = be.add_rms_norm(&mixed, &mut residual, &layer.post_norm, eps)?;
-            let gate_up = be.linear(&h, &layer.gate_up)?;
-            prefetch(&layer.down)?;
-            let act = be.silu_and_mul(&gate_up)?;
+            let act = be.silu_and_mul(&be.linear(&h, &layer.gate_up)?)?;
             let mut mlp = be.linear(&act, &layer.down)?;
-            let lm_head = self.lm_head.as_ref().unwrap_or(&self.embed);
-            prefetch(self.layers.get(i + 1).map_or(lm_head, Layer::mixer_in_weight))?;
             be.all_reduce_sum(&mut mlp)?;
             let next_norm = self.layers.get(i + 1).map_or(&self.final_norm, |l| &l.input_norm);
             x = be.add_rms_norm(&mlp, &mut residual, next_norm, eps)?;
@@ -430,10 +405,6 @@ impl<B: Backend> Qwen35<B> {
             LogitsRows::All => x,
             LogitsRows::Rows(r) => be.gather_rows(&x, r)?,
         };
-        let logits = be.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed))?;
-        if decode {
-            be.prefetch_join()?;
-        }
-        Ok(logits)
+        be.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed))
     }
 }
