@@ -5,7 +5,7 @@
 # Logs go to $OUT (<= 6 files); a summary prints last.
 #
 #   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [tunelog] [tunemodes]
-#                              [gemmab] [ncugraph]
+#                              [gemmab] [ncustep] [ncugraph]
 #                                                          (default: tests bench memcheck)
 #
 #   tests     graph_cuda (graph == eager, join/leave, padding, device sampler), golden_cuda (HF
@@ -27,6 +27,9 @@
 #             (DELTAKIT_GEMM_TUNE_LOG=1) into tunemodes.log / tunemodes.best
 #   gemmab    decode step (graphs) with the default tuner vs DELTAKIT_GEMM_LEGACY=0 vs cuBLASLt's
 #             first heuristic choice only: 9B b1 / b16 / b64, 27B b64
+#   ncustep   ncu over ONE whole graph replay (--graph-profiling graph) of the decode step at
+#             $NCUSTEP_RUNS ("model,batch;..."; default 9b,1): GPU time, DRAM bytes read / written, L2
+#             hit rate of the whole step (does the step read its floor's bytes, and only those?)
 #   ncugraph  ncu on ONE graph replay of the 9B b1 decode step (DELTAKIT_NCU_REPLAY, every kernel
 #             node profiled alone, caches flushed before each: duration + DRAM bytes per kernel),
 #             summarised per kernel family by tools/ncu_step_table.py
@@ -42,8 +45,11 @@ B="${DELTAKIT_BUNDLE_DIR:-.gpu}"
 tests() {
   local f="$out/tests.log"
   : >"$f"
-  for t in "graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" "elementwise" "sample" "attn -- prep" \
-           "init_dummy -- --nocapture" "deltakit_engine -- dummy_init"; do
+  local list=("graph_cuda -- --test-threads=1 --nocapture" "golden_cuda -- --nocapture" "norm_rms" "gemm_linear" "elementwise"
+              "sample" "attn -- prep" "init_dummy -- --nocapture" "deltakit_engine -- dummy_init")
+  # ENGINE_TESTS="a;b -- filter" runs only those (same syntax as the list above).
+  [ -n "${ENGINE_TESTS:-}" ] && IFS=';' read -ra list <<<"$ENGINE_TESTS"
+  for t in "${list[@]}"; do
     local t0; t0=$(date +%s)
     # shellcheck disable=SC2086
     timeout 240 "$B/run" $t >>"$f" 2>&1
@@ -164,6 +170,21 @@ gemmab() {
   done
 }
 
+ncustep() {
+  local f="$out/ncustep.log" r model batch
+  : >"$f"
+  IFS=';' read -ra rs <<<"${NCUSTEP_RUNS:-9b,1}"
+  for r in "${rs[@]}"; do
+    IFS=',' read -r model batch <<<"$r"
+    echo "=== $r" >>"$f"
+    DELTAKIT_NCU_REPLAY=40 timeout 200 ncu --clock-control none --profile-from-start off --graph-profiling graph \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+      "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" --load-format dummy \
+      --batch "$batch" --prompt-len 64 --gen-len 48 >>"$f" 2>&1
+    summary+=("ncustep $r: rc $? | $(grep -E '(gpu__time_duration|dram__bytes_read|dram__bytes_write).sum|lts__t_sector_hit_rate.pct' "$f" | tail -n 4 | awk '{print $1, $(NF-1), $NF}' | tr '\n' ' ')")
+  done
+}
+
 ncugraph() {
   local f="$out/ncugraph.log"
   DELTAKIT_NCU_REPLAY=40 timeout 400 ncu --clock-control none --profile-from-start off \
@@ -185,6 +206,7 @@ for s in "${steps[@]}"; do
     tunelog) tunelog ;;
     tunemodes) tunemodes ;;
     gemmab) gemmab ;;
+    ncustep) ncustep ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
