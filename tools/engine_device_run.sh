@@ -5,7 +5,7 @@
 # Logs go to $OUT (<= 6 files); a summary prints last.
 #
 #   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [tunelog] [tunemodes]
-#                              [gemmab] [ncustep] [ncugraph]
+#                              [gemmab] [proc1] [ncustep] [ncugraph]
 #                                                          (default: tests bench memcheck)
 #
 #   tests     graph_cuda (graph == eager, join/leave, padding, device sampler), golden_cuda (HF
@@ -13,7 +13,7 @@
 #             engine's dummy_init::device_equals_host
 #   bench     `deltakit bench` (dummy weights, prompt 512, 64 new tokens): 9B / 27B, batch 1 / 16
 #             / 64, graphs vs --no-graphs, 27B through the executor (--devices 0, NCCL TP=1); graph
-#             runs with DELTAKIT_REPLAY_TIMING=1 (replay GPU time vs wall time between launches)
+#             runs with DELTAKIT_REPLAY_TIMING=1 (GPU time per replay; the host turnaround is the bench's wall ms/step minus it)
 #   memcheck  compute-sanitizer memcheck over graph_cuda's padded-rows test (graph replay)
 #   breakdown `deltakit bench --breakdown` at 9B b1 / b16 and 27B b1 (per-op-family GPU time)
 #   ab        skinny-GEMM autotune A/B: the default tuner (16 candidates + split-K + legacy,
@@ -27,6 +27,9 @@
 #             (DELTAKIT_GEMM_TUNE_LOG=1) into tunemodes.log / tunemodes.best
 #   gemmab    decode step (graphs) with the default tuner vs DELTAKIT_GEMM_LEGACY=0 vs cuBLASLt's
 #             first heuristic choice only: 9B b1 / b16 / b64, 27B b64
+#   proc1     one process per rank on the one GPU (--nproc-per-node 1: TCP rendezvous, NCCL id
+#             handed over, the scheduler's batch broadcast): greedy tokens + log-probabilities of
+#             the tiny-trained fixture vs the in-process engine, and 9B b16 decode vs in-process
 #   ncustep   ncu over ONE whole graph replay (--graph-profiling graph) of the decode step at
 #             $NCUSTEP_RUNS ("model,batch;..."; default 9b,1): GPU time, DRAM bytes read / written, L2
 #             hit rate of the whole step (does the step read its floor's bytes, and only those?)
@@ -106,20 +109,28 @@ memcheck() {
   summary+=("memcheck graph_cuda padded_rows: rc $?, $(grep -hE 'ERROR SUMMARY' "$f" | tail -n 1) | $(tail -n 1 "$f")")
 }
 
+# One `deltakit bench` decode run appended to log $1 under label $2 (model $3, batch $4), with the
+# environment assignments that follow (e.g. DELTAKIT_GEMM_LEGACY=0), then after `--` extra CLI
+# arguments; adds a summary line.
+bench_env() {
+  local f=$1 label=$2 model=$3 batch=$4 envs=() args=()
+  shift 4
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && args=("$@")
+  echo "=== $label" >>"$f"
+  env "${envs[@]}" timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$model" \
+    --load-format dummy --batch "$batch" --prompt-len 512 --gen-len 64 "${args[@]}" >>"$f" 2>&1
+  summary+=("$label: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
+}
+
 ab() {
-  local f="$out/ab.log"
+  local f="$out/ab.log" r
   : >"$f"
   for r in "9b 1" "9b 16" "27b 1"; do
     # shellcheck disable=SC2086
     set -- $r
-    for mode in cold hot; do
-      local env=()
-      [ "$mode" = hot ] && env=(DELTAKIT_GEMM_TUNE=hot DELTAKIT_GEMM_TUNE_CANDIDATES=8)
-      echo "=== $r $mode" >>"$f"
-      env "${env[@]}" timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
-        --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 >>"$f" 2>&1
-      summary+=("ab $r tune=$mode: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
-    done
+    bench_env "$f" "ab $r tune=cold" "$1" "$2"
+    bench_env "$f" "ab $r tune=hot" "$1" "$2" DELTAKIT_GEMM_TUNE=hot DELTAKIT_GEMM_TUNE_CANDIDATES=8
   done
 }
 
@@ -134,16 +145,13 @@ tunelog() {
 }
 
 tunemodes() {
-  local f="$out/tunemodes.log"
+  local f="$out/tunemodes.log" r mode
   : >"$f"
   for r in "9b 1" "9b 16" "9b 64" "27b 1" "27b 16" "27b 64"; do
     # shellcheck disable=SC2086
     set -- $r
     for mode in single stream; do
-      echo "=== $r $mode" >>"$f"
-      DELTAKIT_GEMM_TUNE=$mode DELTAKIT_GEMM_TUNE_LOG=1 timeout 150 "$B/run" --cli bench --device cuda:0 \
-        --config "tests/configs/qwen3.5-$1" --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 >>"$f" 2>&1
-      summary+=("tunemodes $r $mode: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
+      bench_env "$f" "tunemodes $r $mode" "$1" "$2" DELTAKIT_GEMM_TUNE=$mode DELTAKIT_GEMM_TUNE_LOG=1
     done
   done
   # The chosen algorithm per (run, shape): "=== run" headers and "gemm tuned" lines only.
@@ -153,21 +161,39 @@ tunemodes() {
 # The decode step under GEMM-candidate variants (graphs): the default tuner, the legacy cuBLAS
 # candidate left out, and cuBLASLt's first heuristic choice only (no tuning).
 gemmab() {
-  local f="$out/gemmab.log"
+  local f="$out/gemmab.log" r
   : >"$f"
   for r in "9b 1" "9b 16" "9b 64" "27b 64"; do
     # shellcheck disable=SC2086
     set -- $r
-    for v in default nolegacy heuronly; do
-      local env=()
-      [ "$v" = nolegacy ] && env=(DELTAKIT_GEMM_LEGACY=0)
-      [ "$v" = heuronly ] && env=(DELTAKIT_GEMM_TUNE_CANDIDATES=1)
-      echo "=== $r $v" >>"$f"
-      env "${env[@]}" timeout 150 "$B/run" --cli bench --device cuda:0 --config "tests/configs/qwen3.5-$1" \
-        --load-format dummy --batch "$2" --prompt-len 512 --gen-len 64 >>"$f" 2>&1
-      summary+=("gemmab $r $v: rc $? | $(grep -E '^prefill' "$f" | tail -n 1)")
-    done
+    bench_env "$f" "gemmab $r default" "$1" "$2"
+    bench_env "$f" "gemmab $r nolegacy" "$1" "$2" DELTAKIT_GEMM_LEGACY=0
+    bench_env "$f" "gemmab $r heuronly" "$1" "$2" DELTAKIT_GEMM_TUNE_CANDIDATES=1
   done
+}
+
+proc1() {
+  local f="$out/proc1.log" mode
+  : >"$f"
+  for mode in inproc proc1; do
+    local extra=()
+    [ "$mode" = proc1 ] && extra=(--nproc-per-node 1)
+    timeout 120 "$B/run" --cli generate --device cuda:0 --model tests/fixtures/tiny-trained --token-ids 1,2,3 \
+      --json --logprobs 5 --max-tokens 32 "${extra[@]}" >"/tmp/proc1-$mode.jsonl" 2>>"$f"
+    summary+=("proc1 generate $mode: rc $?")
+  done
+  summary+=("proc1 compare: $(python3 - /tmp/proc1-inproc.jsonl /tmp/proc1-proc1.jsonl <<'PY'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p) if l.startswith("{") and '"kind":"token"' in l]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+same = [x["token"] for x in a] == [y["token"] for y in b]
+d = max((abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)), default=float("nan"))
+print(f"{len(a)} / {len(b)} tokens, greedy tokens equal: {same}, max |logprob diff| {d:.3g}")
+PY
+)")
+  bench_env "$f" "proc1 bench 9b 16 inproc" 9b 16
+  bench_env "$f" "proc1 bench 9b 16 --nproc-per-node 1" 9b 16 -- --nproc-per-node 1
 }
 
 ncustep() {
@@ -207,6 +233,7 @@ for s in "${steps[@]}"; do
     tunemodes) tunemodes ;;
     gemmab) gemmab ;;
     ncustep) ncustep ;;
+    proc1) proc1 ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

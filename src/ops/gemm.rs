@@ -752,14 +752,14 @@ impl Gemm {
         })?;
         let plan = match plans.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let plan = e.insert(self.make_plan(key)?);
-                if !force_legacy {
-                    self.tune(plan, xp, wp, op, wsp)?;
-                }
-                plan
-            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.make_plan(key)?),
         };
+        // Tunes on the first non-legacy call of the shape (a no-op once tuned: `tune` empties
+        // the candidate list), also when a forced-legacy call created the plan, or when the first
+        // call came during a graph capture (no tuning inside a capture).
+        if !force_legacy {
+            self.tune(plan, xp, wp, op, wsp)?;
+        }
         let beta = if accumulate { 1.0f32 } else { 0.0 };
         if force_legacy {
             // SAFETY: as below.

@@ -68,9 +68,9 @@ fn ncu_window() -> bool {
 }
 
 /// `DELTAKIT_REPLAY_TIMING=1` (a profiling aid): each graph replay is bracketed by CUDA events
-/// and the runner prints, when dropped, the replays' mean GPU time (first event to last kernel)
-/// next to the mean wall time between replay launches, so that the host turnaround between decode
-/// steps (token read-back, scheduling, input staging, launch) shows as their difference.
+/// and the runner prints, when dropped, the replays' mean GPU time (first event to last kernel).
+/// Its difference to the wall time per decode step (`deltakit bench` prints that) is the host
+/// turnaround between steps (token read-back, scheduling, input staging, launch).
 fn replay_timing_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("DELTAKIT_REPLAY_TIMING").is_ok_and(|v| v == "1"))
@@ -82,8 +82,6 @@ struct ReplayTiming {
     events: Option<(deltakit::cudarc::driver::CudaEvent, deltakit::cudarc::driver::CudaEvent)>,
     gpu_ms: f64,
     replays: u64,
-    first_launch: Option<std::time::Instant>,
-    last_launch: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for ReplayTiming {
@@ -122,18 +120,11 @@ pub struct CudaDecodeRunner {
 impl Drop for CudaDecodeRunner {
     fn drop(&mut self) {
         let t = &self.timing;
-        if t.replays > 1 {
-            let wall = match (t.first_launch, t.last_launch) {
-                (Some(a), Some(b)) => {
-                    b.duration_since(a).as_secs_f64() * 1e3 / (t.replays - 1) as f64
-                }
-                _ => f64::NAN,
-            };
+        if t.replays > 0 {
             eprintln!(
-                "replay timing: {} replays, GPU {:.3} ms per replay (events), {:.3} ms between launches",
+                "replay timing: {} replays, GPU {:.3} ms per replay (events)",
                 t.replays,
-                t.gpu_ms / t.replays as f64,
-                wall
+                t.gpu_ms / t.replays as f64
             );
         }
     }
@@ -320,9 +311,6 @@ impl StepRunner for CudaDecodeRunner {
                 }
                 if let Some((a, _)) = self.timing.events.as_ref().filter(|_| timed) {
                     let _ = a.record(be.stream());
-                    let now = std::time::Instant::now();
-                    self.timing.first_launch.get_or_insert(now);
-                    self.timing.last_launch = Some(now);
                 }
                 let r = g.launch().map_err(|e| EngineError::Backend {
                     backend: "cuda",
