@@ -341,6 +341,11 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
                         row["dk:" + cn] = {"error": err_text(e)}
                         continue
                     timed("dk:" + cn, lambda sl, ci=ci, kc=kc: (lambda p=par(sl, kc): dk.call(p, ci)))
+                    if cn.startswith("prof_") and T == 1:
+                        try:
+                            row["dk:" + cn]["timeline"] = timeline(dk, par(wins[0]), ci, B * hv * 2, 64 * K * 4)
+                        except Exception as e:  # noqa: BLE001
+                            row["dk:" + cn]["timeline"] = {"error": err_text(e)}
         except Exception as e:  # noqa: BLE001
             row["dk"] = {"error": err_text(e)}
         del pool, pool_kc
@@ -351,6 +356,57 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
             row[f"relerr_s_{key}"] = rel(outs[key][1], ref[1])
     del pool_vk
     torch.cuda.empty_cache()
+
+
+def timeline(dk, p, ci, ctas, tile_bytes):
+    """One cold call of a prof_* configuration (per-CTA %globaltimer stamps: start, state loaded, tokens done, end,
+    SM id; tools/tune/gdr_decode_lib.cu decode_prof_kernel) -> phase statistics, resident CTAs and the state read
+    (attributed at 'loaded') / write (at 'end') rates over time, the tail after the last CTA start."""
+    import numpy as np
+    torch.cuda._sleep(2_000_000)
+    dk.call(p, ci)
+    torch.cuda.synchronize()
+    buf = (ctypes.c_ulonglong * (ctas * 5))()
+    f = dk.lib.dk_tune_gdr_decode_prof
+    f.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    if f(ctypes.cast(buf, ctypes.c_void_p), ctas) != 0:
+        raise RuntimeError("dk_tune_gdr_decode_prof failed")
+    a = np.frombuffer(buf, dtype=np.uint64).reshape(ctas, 5).astype(np.float64)
+    t0 = a[:, 0].min()
+    s, l, c, e = ((a[:, i] - t0) / 1e3 for i in range(4))  # us
+    sm = a[:, 4].astype(int)
+    span = e.max()
+    stamps = np.unique(np.concatenate([s, l, c, e]))
+    res = {"ctas": ctas, "span_us": span, "timer_step_us": float(np.diff(stamps)[np.diff(stamps) > 0].min())
+           if stamps.size > 1 else float("nan")}
+    pct = lambda x: [float(np.percentile(x, q)) for q in (10, 50, 90)]  # noqa: E731
+    res["load_us_p10_50_90"] = pct(l - s)
+    res["compute_us_p10_50_90"] = pct(c - l)
+    res["store_issue_us_p10_50_90"] = pct(e - c)
+    res["life_us_p10_50_90"] = pct(e - s)
+    first = s < 1.0
+    res["first_wave_ctas"] = int(first.sum())
+    res["first_wave_load_us_median"] = float(np.median((l - s)[first])) if first.any() else float("nan")
+    res["later_load_us_median"] = float(np.median((l - s)[~first])) if (~first).any() else float("nan")
+    last_start = s.max()
+    res["last_start_us"] = float(last_start)
+    res["tail_us"] = float(span - last_start)
+    cnt = np.bincount(sm, minlength=sm.max() + 1)
+    res["ctas_per_sm_min_max"] = [int(cnt[cnt > 0].min()), int(cnt.max())]
+    res["sm_end_us_min_med_max"] = [float(x) for x in np.percentile(
+        [e[sm == i].max() for i in np.unique(sm)], [0, 50, 100])]
+    bins = np.arange(0.0, span + 2.0, 2.0)
+    rd = np.histogram(l, bins)[0] * tile_bytes / 2e-6 / 1e12
+    wr = np.histogram(e, bins)[0] * tile_bytes / 2e-6 / 1e12
+    mid = np.arange(len(bins) - 1) * 2.0 + 1.0
+    act = [int(((s <= m) & (e > m)).sum()) for m in mid]
+    res["per2us_read_write_TBps_resident"] = [[round(float(x), 2), round(float(y), 2), z] for x, y, z in zip(rd, wr, act)]
+    lo, hi = 0.1 * span, 0.9 * span
+    sel = (mid > lo) & (mid < hi)
+    res["mid80_read_plus_write_TBps"] = float((rd[sel] + wr[sel]).mean()) if sel.any() else float("nan")
+    res["resident_max"] = int(max(act)) if act else 0
+    res["time_below_90pct_resident_us"] = float(2.0 * sum(1 for x in act if x < 0.9 * max(act)))
+    return res
 
 
 # ------------------------------------------------------------------------------------------ prefill
@@ -737,7 +793,12 @@ COPY_CEILING_TBPS = 4.25  # issue 15's copy ceiling (H200, torch device-to-devic
 STREAM_MODELS = (("27B", 10240, 48, 5120), ("9B", 8192, 32, 4096))
 # csrc/conv1d/prefill.cu Cfg (vecCxT: C channels x T tokens per thread; _ref: the reference's multiply + add taps)
 CONV1D_PREFILL_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8x8", 3: "vec8x16", 4: "vec8x32", 5: "vec8x8_ref",
-                       6: "vec4x8", 7: "vec4x16", 8: "vec8x4", 9: "vec4x8_ref"}
+                       6: "vec4x8", 7: "vec4x16", 8: "vec8x4", 9: "vec4x8_ref", 10: "vec4x8_cf", 11: "vec4x16_cf",
+                       12: "vec8x8_cf", 13: "vec8x16_cf"}
+# DK_CONV_CFGS=1,2,6,..: time only these conv1d.prefill configurations (the dispatch and scalar always)
+if os.environ.get("DK_CONV_CFGS"):
+    _keep = {0, 1} | {int(x) for x in os.environ["DK_CONV_CFGS"].split(",")}
+    CONV1D_PREFILL_CFGS = {k: v for k, v in CONV1D_PREFILL_CFGS.items() if k in _keep}
 RMS_GATED_CFGS = {0: "dispatch", 1: "prefetch_z", 2: "generic", 3: "d128_u1", 4: "d128_u2", 5: "d128_u4", 6: "d128_u8"}
 CONV1D_UPDATE_CFGS = {0: "dispatch", 1: "scalar", 2: "vec8"}
 
@@ -824,6 +885,9 @@ def streaming_rows(path):
                     r["bitexact_vs_scalar"] = bool(torch.equal(r["_res"][0], ref[0]) and torch.equal(r["_res"][1], ref[1]))
                 r.pop("_res", None)
             del x, out, state
+        if os.environ.get("DK_STREAM_CONV_ONLY"):  # conv1d.prefill only (the norms / conv1d.update met their targets)
+            torch.cuda.empty_cache()
+            continue
         # conv1d.update (decode, batch 64, S = 1)
         B = 64
         x, out = rnd(B, cd), torch.empty(B, cd, device=DEV, dtype=torch.bfloat16)
@@ -969,6 +1033,27 @@ def table():
                                  and not (row[k_].get("relerr_o_vs_dk", 1.0) <= 1e-3 and row[k_].get("relerr_s_vs_dk", 1.0) <= 1e-4)))
     if sweep:
         out += "\ndecode tile sweep (same harness):\n" + "\n".join(sweep)
+    tls = []
+    for row in RES["rows"]:
+        for k_ in row:
+            tl = row[k_].get("timeline") if k_.startswith("dk:prof") and isinstance(row[k_], dict) else None
+            if not tl:
+                continue
+            if "error" in tl:
+                tls.append(f"{row['case']} {k_[3:]}: {tl['error']}")
+                continue
+            ser = tl["per2us_read_write_TBps_resident"]
+            tls.append(f"{row['case']} {k_[3:]}: span {tl['span_us']:.1f} us, {tl['ctas']} CTAs, timer step "
+                       f"{tl['timer_step_us']:.3f} us; phases p10/50/90 us: load {tl['load_us_p10_50_90']}, compute "
+                       f"{tl['compute_us_p10_50_90']}, store issue {tl['store_issue_us_p10_50_90']}, life "
+                       f"{tl['life_us_p10_50_90']}; first wave {tl['first_wave_ctas']} CTAs load median "
+                       f"{tl['first_wave_load_us_median']:.2f} us vs later {tl['later_load_us_median']:.2f}; last start "
+                       f"{tl['last_start_us']:.1f} us, tail {tl['tail_us']:.1f} us; CTAs/SM {tl['ctas_per_sm_min_max']}, "
+                       f"SM end min/med/max {[round(x, 1) for x in tl['sm_end_us_min_med_max']]}; resident max "
+                       f"{tl['resident_max']}; mid-80% read+write {tl['mid80_read_plus_write_TBps']:.2f} TB/s\n"
+                       "  per 2 us [read TB/s, write TB/s, resident CTAs]: " + " ".join(f"{x[0]}/{x[1]}/{x[2]}" for x in ser))
+    if tls:
+        out += "\ndecode timeline (per-CTA %globaltimer stamps, one cold call):\n" + "\n".join(tls)
     st = stream_table()
     if st:
         out += "\n" + st

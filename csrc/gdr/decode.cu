@@ -24,7 +24,11 @@
 // cache policy.
 // Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
 // registers; the default) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
-// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Dispatch (launch_kv /
+// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Two more opt-in K = V = 128
+// kernels have their own token loop: decode_cluster_kernel (a cluster of CTAs per head, each a contiguous
+// block of state rows, partials through distributed shared memory; measured 1.03-1.5x slower) and
+// decode_sl_kernel (the tile landed in shared memory by cp.async, streamed from there; not yet measured).
+// Dispatch (launch_kv /
 // launch_reg, K, V in {64, 128}): K = V = 128 (any T; the PRE + FG kernels, see below) with
 // 256..400 (row, head) pairs (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
 // else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1. Other K, V in
@@ -621,6 +625,366 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 #endif
 }
 
+// ---- cluster split-K variant (opt-in; DELTAKIT_GDR_DECODE=cl<CL>_nw<NW>) ---------------------------
+// K = V = 128. A cluster of CL CTAs owns one (row, head); CTA rank r holds the state rows
+// r*K/CL .. (r+1)*K/CL - 1 over all V columns, i.e. one contiguous K/CL x V x 4-byte block (CL = 8:
+// 8 KB, the size of FLA's per-program block in its K-contiguous layout), so every warp load / store
+// instruction covers one whole 512-byte state row and the CTAs are small (many resident per SM).
+// Lane l owns columns 4l..4l+3 of rows r*K/CL + warp + i*NW. Per token: partial S^T k / S^T q over the
+// thread's rows, the NW warps' partials summed through shared memory (NW > 1: one __syncthreads),
+// warp 0 publishes the CTA's partial [k|q][V] in its shared memory, one cluster barrier
+// (arrive.release / wait.acquire), every thread sums the CL CTAs' partials of its columns in rank
+// order through distributed shared memory (identical sums in every CTA of the cluster), then the
+// usual output (rank 0 writes it) and update of the own rows. The exchange buffer is double-buffered
+// by token parity (a CTA rewrites a parity's buffer only after the next barrier, which every peer
+// passes only after reading it); the last barrier phase is armed after the last exchange read and
+// awaited after the state stores, so no CTA exits while a peer may still read its shared memory.
+// The gating / norm math is the FG kernels'; token 0's inputs are loaded with the state (PRE).
+// Needs sm_90 (clusters): below it the kernel compiles to a trap and launch_cluster runs the register
+// dispatch instead.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define DK_GDR_DECODE_NO_CLUSTER 1
+#endif
+__device__ __forceinline__ void cluster_arrive_release() {
+#ifndef DK_GDR_DECODE_NO_CLUSTER
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#ifndef DK_GDR_DECODE_NO_CLUSTER
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r = 0;
+#ifndef DK_GDR_DECODE_NO_CLUSTER
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+// 16-byte load from the shared memory of CTA `rank` of the cluster at the address of local `p`.
+__device__ __forceinline__ float4 ld_dsmem_f4(const float* p, uint32_t rank) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#ifndef DK_GDR_DECODE_NO_CLUSTER
+  uint32_t ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra) : "memory");
+#endif
+  return v;
+}
+
+template <int K, int V, int CL, int NW, bool L2, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_cluster_kernel(const Args p) {
+#ifdef DK_GDR_DECODE_NO_CLUSTER
+  __trap();
+#else
+  constexpr int KC = K / CL;   // state rows of this CTA
+  constexpr int RC = KC / NW;  // state rows of this thread
+  constexpr int EK = K / 32;   // q / k elements per lane for the norms
+  static_assert(V == 128 && K % 32 == 0 && K % (CL * NW) == 0 && RC >= 1, "cluster tile");
+  __shared__ __align__(16) float qk_s[NW][2][2][K];               // [warp][parity][q|k][K]
+  __shared__ __align__(16) float red_s[NW > 1 ? 2 : 1][NW][2][V];  // [parity][warp][k|q][V]
+  __shared__ __align__(16) float xch[2][2][V];                     // [parity][k|q][V], read by the peers
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const uint32_t rank = cluster_ctarank();
+  const uint32_t head = blockIdx.x / CL;
+  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
+  const int64_t hv = head % hv32;
+  const int64_t n = head / hv32;
+  const int64_t kh = static_cast<uint32_t>(hv) / (hv32 / static_cast<uint32_t>(p.h_k));
+  const int col0 = lane * 4;
+  const int64_t out_row = p.h_v * V;
+  int64_t tok = n * p.t;
+  // Token 0's inputs, issued before the slot and the state.
+  float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
+  float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+  const float a_log = p.a_log[hv];
+  const float dt_bias = p.dt_bias[hv];
+  float qf[EK], kf[EK], vf[4];
+  load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+  load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+  load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+  const int32_t slot = p.slots[n];
+  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {  // the whole cluster leaves here
+    if (rank == 0 && warp == 0) {
+      for (int64_t t = 0; t < p.t; ++t) store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+    }
+    return;
+  }
+  const int row0 = static_cast<int>(rank) * KC + warp;
+  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+  float4 s[RC];
+#pragma unroll
+  for (int i = 0; i < RC; ++i) s[i] = load_state<0>(st + static_cast<int64_t>(row0 + i * NW) * V);
+  const float neg_a = -__expf(a_log);
+
+  for (int64_t t = 0; t < p.t; ++t) {
+    const int par = static_cast<int>(t & 1);
+    if (t > 0) {
+      tok = n * p.t + t;
+      av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
+      bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+      load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+    }
+    const float g = neg_a * softplus_fast(av + dt_bias);
+    const float decay = g > -64.f ? __expf(g) : 0.f;  // edge rule as decode_kernel
+    const float beta = sigmoid_fast(bv);
+    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+    for (int e = 0; e < EK; ++e) {
+      ssq = fmaf(qf[e], qf[e], ssq);
+      ssk = fmaf(kf[e], kf[e], ssk);
+      sqk = fmaf(qf[e], kf[e], sqk);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+      sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
+    }
+    float iq = p.scale, ik = 1.f;
+    if constexpr (L2) {
+      iq = p.scale * rsqrtf(ssq + 1e-6f);
+      ik = rsqrtf(ssk + 1e-6f);
+    }
+    const float qk = sqk * iq * ik;
+    float* qs = qk_s[warp][par][0];
+    float* ks = qk_s[warp][par][1];
+#pragma unroll
+    for (int e = 0; e < EK; ++e) {
+      qs[lane * EK + e] = qf[e] * iq;
+      ks[lane * EK + e] = kf[e] * ik;
+    }
+    __syncwarp();
+    float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < RC; ++i) {
+      const int row = row0 + i * NW;
+      const float kk = ks[row], qq = qs[row];
+      pk[0] = fmaf(s[i].x, kk, pk[0]); pk[1] = fmaf(s[i].y, kk, pk[1]);
+      pk[2] = fmaf(s[i].z, kk, pk[2]); pk[3] = fmaf(s[i].w, kk, pk[3]);
+      pq[0] = fmaf(s[i].x, qq, pq[0]); pq[1] = fmaf(s[i].y, qq, pq[1]);
+      pq[2] = fmaf(s[i].z, qq, pq[2]); pq[3] = fmaf(s[i].w, qq, pq[3]);
+    }
+    if constexpr (NW > 1) {
+      *reinterpret_cast<float4*>(&red_s[par][warp][0][col0]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
+      *reinterpret_cast<float4*>(&red_s[par][warp][1][col0]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+      __syncthreads();
+      if (warp == 0) {
+#pragma unroll
+        for (int w = 1; w < NW; ++w) {
+          const float4 xk = *reinterpret_cast<const float4*>(&red_s[par][w][0][col0]);
+          const float4 xq = *reinterpret_cast<const float4*>(&red_s[par][w][1][col0]);
+          pk[0] += xk.x; pk[1] += xk.y; pk[2] += xk.z; pk[3] += xk.w;
+          pq[0] += xq.x; pq[1] += xq.y; pq[2] += xq.z; pq[3] += xq.w;
+        }
+      }
+    }
+    if (warp == 0) {
+      *reinterpret_cast<float4*>(&xch[par][0][col0]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
+      *reinterpret_cast<float4*>(&xch[par][1][col0]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+    }
+    cluster_arrive_release();
+    cluster_wait_acquire();
+    float4 sk = ld_dsmem_f4(&xch[par][0][col0], 0);
+    float4 sq = ld_dsmem_f4(&xch[par][1][col0], 0);
+#pragma unroll
+    for (int r = 1; r < CL; ++r) {
+      const float4 xk = ld_dsmem_f4(&xch[par][0][col0], r);
+      const float4 xq = ld_dsmem_f4(&xch[par][1][col0], r);
+      sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
+      sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
+    }
+    if (t + 1 == p.t) cluster_arrive_release();  // this CTA's last reads of its peers are done
+    const float skv[4] = {sk.x, sk.y, sk.z, sk.w};
+    const float sqv[4] = {sq.x, sq.y, sq.z, sq.w};
+    float d[4], o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      d[j] = beta * (vf[j] - decay * skv[j]);
+      o[j] = fmaf(decay, sqv[j], qk * d[j]);
+    }
+    if (rank == 0 && warp == 0) store_bf16x4(p.out + tok * out_row + hv * V + col0, o[0], o[1], o[2], o[3]);
+#pragma unroll
+    for (int i = 0; i < RC; ++i) {
+      const float kk = ks[row0 + i * NW];
+      s[i].x = fmaf(decay, s[i].x, kk * d[0]);
+      s[i].y = fmaf(decay, s[i].y, kk * d[1]);
+      s[i].z = fmaf(decay, s[i].z, kk * d[2]);
+      s[i].w = fmaf(decay, s[i].w, kk * d[3]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RC; ++i) store_state<0>(st + static_cast<int64_t>(row0 + i * NW) * V, s[i]);
+  cluster_wait_acquire();  // every peer has read this CTA's exchange buffer
+#endif
+}
+
+// ---- shared-memory-landed one-shot variant (opt-in; DELTAKIT_GDR_DECODE=sl_bv64_nw1 | sl_bv64_nw2) -------------
+// K = V = 128. The register kernel parks its 32 KB tile in registers for the CTA's whole life (255 registers, 4
+// CTAs per SM), but has loads in flight only during the load phase: the H200 timeline (2026-12-01 session 5,
+// docs/benchmarks/2026-12-01-gdrdec-s5.md) shows load 3.8 us, compute 2.8 us, store issue 1.0 us per CTA, i.e.
+// ~47% of the 128 KB per SM in flight, ~3.9 TB/s. Here the tile lands in shared memory by cp.async (16 bytes,
+// each thread copies exactly the float4s it owns, so no CTA barrier guards the tile), the tokens stream it from
+// shared memory (dots, then update in place / store), and registers stay small: shared memory (<= 227 KB per
+// SM: 6 CTAs of 34.5 KB for BV = 64, 1 warp) bounds the CTAs per SM instead of the register file. Same thread
+// mapping, reductions, gating (FG) and token-0 prefetch (PRE) as decode_kernel<..., PRE, FG>.
+template <int K, int V, int BV, int NW, bool L2, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV, EK = G::EK;
+  constexpr int NT = NW * 32;
+  static_assert(K == 128 && V == 128, "sl path: K = V = 128");
+  __shared__ __align__(16) float4 tile[R][NT];  // [row i of the thread][thread]: conflict-free 16-byte accesses
+  __shared__ Smem<K, BV, NW> sm;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+  const uint32_t bid = blockIdx.x;
+  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
+  const int vb = static_cast<int>(bid % NVB);
+  const uint32_t rest = bid / NVB;
+  const int64_t hv = rest % hv32;
+  const int64_t n = rest / hv32;
+  const int64_t kh = static_cast<uint32_t>(hv) / (hv32 / static_cast<uint32_t>(p.h_k));
+  const int col0 = vb * BV + cg * 4;
+  const int64_t out_row = p.h_v * V;
+  int64_t tok = n * p.t;
+  float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
+  float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+  const float a_log = p.a_log[hv];
+  const float dt_bias = p.dt_bias[hv];
+  float qf[EK], kf[EK], vf[4];
+  load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+  load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+  load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+  const int32_t slot = p.slots[n];
+  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
+    if (kt == 0) {
+      for (int64_t t = 0; t < p.t; ++t) store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+    }
+    return;
+  }
+  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(st + static_cast<int64_t>(kt + i * KT) * V)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  const float neg_a = -__expf(a_log);
+  auto& qk_s = sm.qk;
+  auto& red_s = sm.red;
+  for (int64_t t = 0; t < p.t; ++t) {
+    const int par = static_cast<int>(t & 1);
+    if (t > 0) {
+      tok = n * p.t + t;
+      av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
+      bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+      load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+    }
+    const float g = neg_a * softplus_fast(av + dt_bias);
+    const float decay = g > -64.f ? __expf(g) : 0.f;  // edge rule as decode_kernel
+    const float beta = sigmoid_fast(bv);
+    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+    for (int e = 0; e < EK; ++e) {
+      ssq = fmaf(qf[e], qf[e], ssq);
+      ssk = fmaf(kf[e], kf[e], ssk);
+      sqk = fmaf(qf[e], kf[e], sqk);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+      sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
+    }
+    float iq = p.scale, ik = 1.f;
+    if constexpr (L2) {
+      iq = p.scale * rsqrtf(ssq + 1e-6f);
+      ik = rsqrtf(ssk + 1e-6f);
+    }
+    const float qk = sqk * iq * ik;
+    float* qs = qk_s[warp][par][0];
+    float* ks = qk_s[warp][par][1];
+#pragma unroll
+    for (int e = 0; e < EK; ++e) {
+      qs[lane * EK + e] = qf[e] * iq;
+      ks[lane * EK + e] = kf[e] * ik;
+    }
+    __syncwarp();
+    if (t == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's own copies
+    float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int row = kt + i * KT;
+      const float kk = ks[row], qq = qs[row];
+      const float4 s = tile[i][threadIdx.x];
+      pk[0] = fmaf(s.x, kk, pk[0]); pk[1] = fmaf(s.y, kk, pk[1]);
+      pk[2] = fmaf(s.z, kk, pk[2]); pk[3] = fmaf(s.w, kk, pk[3]);
+      pq[0] = fmaf(s.x, qq, pq[0]); pq[1] = fmaf(s.y, qq, pq[1]);
+      pq[2] = fmaf(s.z, qq, pq[2]); pq[3] = fmaf(s.w, qq, pq[3]);
+    }
+#pragma unroll
+    for (int off = LV; off < 32; off <<= 1) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pk[j] += __shfl_xor_sync(0xffffffffu, pk[j], off);
+        pq[j] += __shfl_xor_sync(0xffffffffu, pq[j], off);
+      }
+    }
+    if constexpr (NW > 1) {
+      if (kq == 0) {
+        *reinterpret_cast<float4*>(&red_s[par][warp][0][cg * 4]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
+        *reinterpret_cast<float4*>(&red_s[par][warp][1][cg * 4]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+      }
+      __syncthreads();
+      float4 sk = *reinterpret_cast<const float4*>(&red_s[par][0][0][cg * 4]);
+      float4 sq = *reinterpret_cast<const float4*>(&red_s[par][0][1][cg * 4]);
+#pragma unroll
+      for (int w = 1; w < NW; ++w) {
+        const float4 xk = *reinterpret_cast<const float4*>(&red_s[par][w][0][cg * 4]);
+        const float4 xq = *reinterpret_cast<const float4*>(&red_s[par][w][1][cg * 4]);
+        sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
+        sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
+      }
+      pk[0] = sk.x; pk[1] = sk.y; pk[2] = sk.z; pk[3] = sk.w;
+      pq[0] = sq.x; pq[1] = sq.y; pq[2] = sq.z; pq[3] = sq.w;
+    }
+    float d[4], o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      d[j] = beta * (vf[j] - decay * pk[j]);
+      o[j] = fmaf(decay, pq[j], qk * d[j]);
+    }
+    if (kt == 0) store_bf16x4(p.out + tok * out_row + hv * V + col0, o[0], o[1], o[2], o[3]);
+    const bool last = t + 1 == p.t;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const float kk = ks[kt + i * KT];
+      float4 s = tile[i][threadIdx.x];
+      s.x = fmaf(decay, s.x, kk * d[0]);
+      s.y = fmaf(decay, s.y, kk * d[1]);
+      s.z = fmaf(decay, s.z, kk * d[2]);
+      s.w = fmaf(decay, s.w, kk * d[3]);
+      if (last) {
+        store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s);
+      } else {
+        tile[i][threadIdx.x] = s;
+      }
+    }
+  }
+}
+
 template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream);
 
@@ -675,6 +1039,56 @@ dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
 }
 
 
+// Launches the shared-memory-landed kernel (K = V = 128), shared-memory carveout set to the maximum so that the
+// tile (K * BV * 4 bytes per CTA) bounds the CTAs per SM.
+template <int K, int V, int BV, int NW, int MINB = 1>
+dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
+  static_assert(K == 128 && V == 128, "sl path: K = V = 128");
+  const int64_t blocks = a.n * a.h_v * (V / BV);
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  auto kern = l2 ? decode_sl_kernel<K, V, BV, NW, true, MINB> : decode_sl_kernel<K, V, BV, NW, false, MINB>;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+    return dk::launch_status();
+  kern<<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  return dk::launch_status();
+}
+
+// Launches the cluster split-K kernel (K = V = 128): grid = rows x heads x CL CTAs in clusters of CL.
+// Devices below compute capability 9.0 run the default register dispatch instead.
+template <int K, int V, int CL, int NW, int MINB = 1>
+dk_status launch_cluster(const Args& a, bool l2, cudaStream_t stream) {
+  static_assert(K == 128 && V == 128, "cluster path: K = V = 128");
+  const int64_t blocks = a.n * a.h_v * CL;
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return dk::launch_status();
+  if (major < 9) return launch_reg<K, V, true, true, false, true>(a, l2, stream);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(NW * 32);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = l2 ? cudaLaunchKernelEx(&cfg, decode_cluster_kernel<K, V, CL, NW, true, MINB>, a)
+                           : cudaLaunchKernelEx(&cfg, decode_cluster_kernel<K, V, CL, NW, false, MINB>, a);
+  if (e != cudaSuccess) {
+    dk::set_last_cuda_error(static_cast<int>(e));
+    return DK_ERR_CUDA;
+  }
+  return dk::launch_status();
+}
+
+
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
@@ -709,10 +1123,15 @@ constexpr int64_t kWholeHeadMaxHeads = 400;
 // register tile (BV = 128, 4 warps, 3 CTAs/SM) for every K = V = 128 call (any T, any batch; measured
 // 6-16% ahead of FLA at T = 4); "reg_pre_bv128" = "reg_pre" for T = 1 and the whole-head PRE tile for
 // T > 1 with >= 256 (row, head) pairs (K = V = 128; a candidate default); "reg_fg" = the same tiles with the FG kernels (PRE + gating /
-// norm math through the hardware approximations; a candidate default). Small head dims are unaffected.
+// norm math through the hardware approximations; a candidate default); "cl8_nw1", "cl4_nw2", "cl2_nw4" = the cluster
+// split-K kernel (decode_cluster_kernel: CL CTAs per head, NW warps each, registers capped at 128, no spills) for
+// every K = V = 128 call (other K, V: the default dispatch); "sl_bv64_nw1", "sl_bv64_nw2" = the
+// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 warps) likewise. Small head dims are
+// unaffected.
 // For tests and measurements.
 enum class Path {
-  kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact
+  kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
+  kCl8Nw1, kCl4Nw2, kCl2Nw4, kSl64Nw1, kSl64Nw2
 };
 
 inline Path path_selected() {
@@ -729,6 +1148,11 @@ inline Path path_selected() {
     if (std::strcmp(e, "reg_pre_bv128") == 0) return Path::kRegPreBv128;
     if (std::strcmp(e, "reg_fg") == 0) return Path::kRegFg;
     if (std::strcmp(e, "reg_exact") == 0) return Path::kRegExact;
+    if (std::strcmp(e, "cl8_nw1") == 0) return Path::kCl8Nw1;
+    if (std::strcmp(e, "cl4_nw2") == 0) return Path::kCl4Nw2;
+    if (std::strcmp(e, "cl2_nw4") == 0) return Path::kCl2Nw4;
+    if (std::strcmp(e, "sl_bv64_nw1") == 0) return Path::kSl64Nw1;
+    if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
     return Path::kAuto;
   }();
   return path;
@@ -773,6 +1197,21 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
     return launch_reg<K, V>(a, l2, stream);
   }
   if (path == Path::kReg) return launch_reg<K, V>(a, l2, stream);
+  if (path == Path::kSl64Nw1 || path == Path::kSl64Nw2) {
+    if constexpr (K == 128 && V == 128) {
+      if (path == Path::kSl64Nw1) return launch_sl<K, V, 64, 1>(a, l2, stream);
+      return launch_sl<K, V, 64, 2, 5>(a, l2, stream);
+    }
+    return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
+  }
+  if (path == Path::kCl8Nw1 || path == Path::kCl4Nw2 || path == Path::kCl2Nw4) {
+    if constexpr (K == 128 && V == 128) {
+      if (path == Path::kCl8Nw1) return launch_cluster<K, V, 8, 1, 16>(a, l2, stream);
+      if (path == Path::kCl4Nw2) return launch_cluster<K, V, 4, 2, 8>(a, l2, stream);
+      return launch_cluster<K, V, 2, 4, 4>(a, l2, stream);
+    }
+    return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
+  }
   if (path == Path::kRegPre || path == Path::kRegBv128 || path == Path::kRegPreBv128 || path == Path::kRegFg) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kRegPre) return launch_reg<K, V, true>(a, l2, stream);

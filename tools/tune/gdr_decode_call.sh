@@ -21,7 +21,9 @@
 #   bsweep     decode rows at other batches / T ($BSWEEP_CASES, TP:B:T,..; tools/tune/gdr_decode_bsweep.py), the
 #              sweep restricted to $BSWEEP_ONLY, after the tests, under the same lock
 #   streaming  conv1d / norm bandwidth vs the copy ceiling, after the tests, under the same lock
-#   ncu        ncu --set full on $NCU_KERNEL at $NCU_ONLY (library dispatch, env $NCU_ENV)
+#   ncu        ncu --set full on the runs of $NCU_RUNS (default: FLA's kernel and the deltakit dispatch at 27B TP1
+#              B=256); tools/tune/gdr_decode_ncu.py prints the DRAM / L2 / occupancy metrics side by side and the
+#              PM-sampling (DRAM throughput over time) series where the report has them
 set -uo pipefail
 out="${OUT:-/tmp/gdrdec-call}"
 bd="${BD:-.gpu-gdrdec}"
@@ -152,17 +154,28 @@ done
 for p in "${apids[@]}"; do wait "$p"; done
 summary+=("harness done at $(el)")
 if has ncu; then
-  (env ${NCU_ENV:-DELTAKIT_GDR_DECODE=reg_pre} PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" \
-     timeout "${NCU_TIMEOUT:-90}" \
-     ncu --set full --clock-control none -k "${NCU_KERNEL:-regex:decode_kernel}" --launch-skip 3 --launch-count 1 \
-     -o "$out/ncu_decode" python3 tools/bench_anchors_gdr.py --site "$site" --lib "$bd/libdk_gdr_decode.so" \
-     --out /tmp/ncu.json --libs dk --skip-prefill --only "${NCU_ONLY:-TP1 16/48 B=64}" --decode-t 1 --warmup 1 --reps 2 \
-     >"$out/ncu.log" 2>&1)
-  summary+=("ncu decode: rc=$? at $(el)")
-  ncu --import "$out/ncu_decode.ncu-rep" --page details --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section MemoryWorkloadAnalysis --section WarpStateStats 2>/dev/null | \
-    grep -E "Duration|Throughput|Registers|Occupancy|Block Size|Grid Size|Waves|Bandwidth|Stall|Shared Memory" | \
-    head -40 >>"$out/ncu.log"
+  # NCU_RUNS: @-separated runs "label;libs;kernel regex;--only case;launch-skip;launch-count;env" (one ncu process each,
+  # the harness with --warmup 0 --reps 1: per library 1 correctness + 1 warm + 1 cold launch, in the order FI, FLA, dk).
+  # Default: FLA's kernel and the deltakit dispatch at 27B TP1 B=256 (both cold launches and dk's first two).
+  runs="${NCU_RUNS:-dkfla;dk,fla;regex:decode_kernel|fused_recurrent;TP1 16/48 B=256;2;4;DK_NONE=1}"
+  IFS='@' read -r -a nruns <<<"$runs"  # not '|': kernel regexes use it (the 16:50 call lost its ncu step so)
+  for spec in "${nruns[@]}"; do
+    IFS=';' read -r lab nlibs nk nonly nskip ncount nenv <<<"$spec"
+    (env ${nenv:-DK_NONE=1} PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" \
+       timeout "${NCU_TIMEOUT:-90}" \
+       ncu --set full --clock-control none -k "$nk" --launch-skip "$nskip" --launch-count "$ncount" \
+       -o "/tmp/ncu_$lab" python3 tools/bench_anchors_gdr.py --site "$site" --lib "$bd/libdk_gdr_decode.so" \
+       --out /tmp/ncu_$lab.json --libs "$nlibs" --skip-prefill --only "$nonly" --decode-t 1 --warmup 0 --reps 1 \
+       >"/tmp/ncu_$lab.log" 2>&1)
+    summary+=("ncu $lab: rc=$? at $(el)")
+    ncu --import "/tmp/ncu_$lab.ncu-rep" --page raw --csv >"/tmp/ncu_${lab}_raw.csv" 2>/dev/null
+    ncu --import "/tmp/ncu_$lab.ncu-rep" --page raw --csv --print-metric-instances values 2>/dev/null | \
+      python3 tools/tune/gdr_decode_ncu.py --instances >"/tmp/ncu_${lab}_pm.txt" 2>&1
+    python3 tools/tune/gdr_decode_ncu.py "/tmp/ncu_${lab}_raw.csv" >>"$out/ncu.log" 2>&1
+    tail -n 30 "/tmp/ncu_$lab.log" >>"$out/ncu.log"
+    cat "/tmp/ncu_${lab}_pm.txt" >>"$out/ncu_pm.txt"
+  done
+  cat /tmp/ncu_*_raw.csv >"$out/ncu_raw.csv" 2>/dev/null
 fi
 if [ ${#apids[@]} -gt 0 ]; then
   for f in /tmp/gd_unpack.log /tmp/gd_*.err; do echo "=== $f"; cat "$f"; done >"$out/anchors.err" 2>&1
