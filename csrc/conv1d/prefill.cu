@@ -8,11 +8,12 @@
 // [num_slots, conv_dim, W-1] (oldest first).
 // Two kernels on the stream, so no kernel reads a state another thread is writing:
 // 1. outputs. Vector path (conv_dim, x_stride multiples of 8, x / out / weight / bias 16-byte
-//    aligned): one thread per (CV channels, chunk of CT tokens), dispatched CV = 4 (8-byte loads /
-//    stores: a warp reads 256 contiguous bytes per token), CT = 8 (kVecDefault; CV = 8 / 16-byte
-//    accesses and other CT are tune configurations); a chunk inside one live sequence whose window
-//    lies in x (every chunk but those at a sequence start) loads all its CT + W-1 inputs up front
-//    (many bytes in flight per thread), others walk token by token as the scalar path.
+//    aligned): one thread per (CV channels, chunk of CT tokens), dispatched CV = 8 (16-byte loads /
+//    stores: a warp reads 512 contiguous bytes per token), CT = 16, on a 1-D grid with the channel
+//    block fastest (kVecDefault = vec8x16_cf; other CV / CT / grid orders are tune configurations);
+//    a chunk inside one live sequence whose window lies in x (every chunk but those at a sequence
+//    start) loads all its CT + W-1 inputs up front (many bytes in flight per thread), others walk
+//    token by token as the scalar path.
 //    Scalar path (any other shape): one thread per (channel, chunk of 16 tokens); grid.x = token
 //    chunks, grid.y = channel blocks of 128 (a warp reads 64 contiguous bytes per token). Either
 //    thread finds the chunk's first sequence by binary search over cu_seqlens, keeps a W-1 window
@@ -174,12 +175,25 @@ __device__ __forceinline__ void conv8(const float (&wt)[CV][W], const float (&bi
 
 // One thread per (CV channels c0..c0+CV-1, chunk of CT tokens). Requires conv_dim % 8 == 0,
 // x_stride % 8 == 0 and 16-byte aligned x / out / weight / bias (checked by the launcher).
-template <int W, int CT, bool FMA = true, int CV = kVec>
+// CF (channel block fastest): a 1-D grid whose consecutive CTAs take the consecutive channel blocks of one
+// token chunk (blockIdx.x = chunk * cblocks + channel block), so the CTAs resident at a time read and
+// write whole token rows (x_stride * 2 contiguous bytes) instead of one channel block's column of many
+// rows (the 2-D grid: grid.x = token chunks, grid.y = channel blocks).
+template <int W, int CT, bool FMA = true, int CV = kVec, bool CF = false>
 __global__ void __launch_bounds__(kThreads) conv1d_prefill_out_vec_kernel(DkConv1dPrefillParams p) {
   using Raw = typename RawV<CV>::T;
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * CV;
+  int64_t cb, chunk;
+  if constexpr (CF) {
+    const uint32_t cblocks = static_cast<uint32_t>((p.conv_dim + kThreads * CV - 1) / (kThreads * CV));
+    cb = blockIdx.x % cblocks;
+    chunk = blockIdx.x / cblocks;
+  } else {
+    cb = blockIdx.y;
+    chunk = blockIdx.x;
+  }
+  const int64_t c0 = (cb * kThreads + threadIdx.x) * CV;
   if (c0 >= p.conv_dim) return;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * CT;
+  const int64_t t0 = chunk * CT;
   const int64_t t1 = t0 + CT < p.num_tokens ? t0 + CT : p.num_tokens;
   const auto* x = reinterpret_cast<const __nv_bfloat16*>(p.x);
   auto* out = reinterpret_cast<__nv_bfloat16*>(p.out);
@@ -303,15 +317,24 @@ __global__ void __launch_bounds__(kThreads) conv1d_prefill_state_kernel(DkConv1d
 // applies, for tests and measurements); the others force one (tools/tune: same-process comparisons).
 // Names: vecCxT = C channels x T tokens per thread; _ref = the reference's separate multiply and add
 // per tap instead of FMA.
+// _cf = the channel-block-fastest 1-D grid (see conv1d_prefill_out_vec_kernel's CF).
 enum Cfg {
   kAuto = 0, kScalar = 1, kVec8 = 2, kVec16 = 3, kVec32 = 4, kVec8Ref = 5,
-  kC4Vec8 = 6, kC4Vec16 = 7, kVec4 = 8, kC4Vec8Ref = 9, kNumCfgs = 10
+  kC4Vec8 = 6, kC4Vec16 = 7, kVec4 = 8, kC4Vec8Ref = 9,
+  kC4Vec8Cf = 10, kC4Vec16Cf = 11, kVec8Cf = 12, kVec16Cf = 13, kNumCfgs = 14
 };
 constexpr const char* kCfgNames[kNumCfgs] = {"auto",    "scalar",    "vec8x8", "vec8x16",   "vec8x32",
-                                             "vec8x8_ref", "vec4x8", "vec4x16", "vec8x4", "vec4x8_ref"};
-// The dispatched vector configuration: 4 channels (8-byte accesses) x 8 tokens per thread, 64
-// registers (8 CTAs of 128 threads per SM; 8 channels x 8 tokens took 128 registers, 4 CTAs).
-constexpr Cfg kVecDefault = kC4Vec8;
+                                             "vec8x8_ref", "vec4x8", "vec4x16", "vec8x4", "vec4x8_ref",
+                                             "vec4x8_cf", "vec4x16_cf", "vec8x8_cf", "vec8x16_cf"};
+// The dispatched vector configuration: 8 channels (16-byte accesses) x 16 tokens per thread on the
+// channel-block-fastest grid (vec8x16_cf). H200, 2026-12-01 session 5 (tools/bench_anchors_gdr.py
+// --streaming, us, 27B 1x8192 / 8x1024, 9B 1x8192 / 8x1024): vec8x16_cf 92.2 / 100.1 / 75.9 / 84.0 vs the
+// previous default vec4x8 (2-D grid, chunk fastest) 101.1 / 105.7 / 83.2 / 86.0 (86% vs 78% of the 4.25 TB/s
+// copy ceiling at 27B 1x8192); vec4x16_cf 96.0 / 101.3 / 79.2 / 84.5, vec4x8_cf 100.0 / 102.8 / 82.2 / 83.8;
+// every configuration bit-exact vs the scalar path. With the 2-D grid the CTAs resident at a time read a
+// 1 KB channel column of ~1000 token rows; with CF they read whole token rows, and 16 tokens per thread
+// halve the W-1 halo rows re-read per output.
+constexpr Cfg kVecDefault = kVec16Cf;
 
 Cfg cfg_selected() {
   static const Cfg cfg = [] {
@@ -330,11 +353,16 @@ bool vec_ok(const DkConv1dPrefillParams& p) {
          p.weight % 16 == 0 && p.bias % 16 == 0;
 }
 
-template <int W, int CT, bool FMA = true, int CV = kVec>
+template <int W, int CT, bool FMA = true, int CV = kVec, bool CF = false>
 dk_status launch_vec(const DkConv1dPrefillParams& p, cudaStream_t stream) {
   const int64_t cblocks = dk::ceil_div(p.conv_dim, kThreads * CV);
   const int64_t chunks = dk::ceil_div(p.num_tokens, CT);
   if (chunks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  if (CF && chunks * cblocks <= 0x7fffffffLL) {
+    conv1d_prefill_out_vec_kernel<W, CT, FMA, CV, true>
+        <<<static_cast<unsigned>(chunks * cblocks), kThreads, 0, stream>>>(p);
+    return dk::launch_status();
+  }
   dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
   conv1d_prefill_out_vec_kernel<W, CT, FMA, CV><<<grid, kThreads, 0, stream>>>(p);
   return dk::launch_status();
@@ -369,6 +397,14 @@ dk_status launch(const DkConv1dPrefillParams& p, cudaStream_t stream, int cfg) {
       st = launch_vec<W, 4>(p, stream);
     } else if (cfg == kC4Vec8Ref) {
       st = launch_vec<W, 8, false, 4>(p, stream);
+    } else if (cfg == kC4Vec8Cf) {
+      st = launch_vec<W, 8, true, 4, true>(p, stream);
+    } else if (cfg == kC4Vec16Cf) {
+      st = launch_vec<W, 16, true, 4, true>(p, stream);
+    } else if (cfg == kVec8Cf) {
+      st = launch_vec<W, 8, true, kVec, true>(p, stream);
+    } else if (cfg == kVec16Cf) {
+      st = launch_vec<W, 16, true, kVec, true>(p, stream);
     } else {
       dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(cblocks));
       conv1d_prefill_out_kernel<W><<<grid, kThreads, 0, stream>>>(p);
