@@ -292,8 +292,67 @@ macro_rules! fixture_tests {
                 eprintln!("{}: tp1 executor+nccl vs single device: max {max:.2e} mean {mean:.2e}", $name);
                 assert!(max <= 1e-6, "{}: executor differs from the single-device engine: {max}", $name);
             }
+            /// Tensor parallelism over several GPUs (issue 16; in-process rank threads, NCCL):
+            /// at TP = 2, 4 and 8 where the host has that many GPUs, the fixture's head counts
+            /// divide (else the refusal naming the count, as on the CPU) — graphs on and off —
+            /// every arm passes the same HF f32 gate as one GPU. A host with fewer GPUs skips
+            /// with a message; `DELTAKIT_REQUIRE_GPUS=N` turns a skip below N GPUs into a
+            /// failure (the multi-GPU device script sets it).
+            #[test]
+            fn cuda_tp_multi_gpu() {
+                let _gpu = golden_common::gpu_lock();
+                let Some(_ctx) = deltakit::testing::gpu_or_skip(&format!("golden_cuda {}", $name))
+                else {
+                    return;
+                };
+                let dir = fixtures_dir().join($name);
+                let cfg = ModelConfig::from_path(&dir).unwrap();
+                let hf_f32 = load_golden($name, "golden_f32.json");
+                for tp in [2usize, 4, 8] {
+                    if !gpus_or_skip(tp, &format!("golden_cuda {} tp {tp}", $name)) {
+                        continue;
+                    }
+                    let devices: Vec<usize> = (0..tp).collect();
+                    if let Err(want) = deltakit_engine::shard::ShardPlan::check(&cfg, tp) {
+                        let src = Source::Dir(dir.clone());
+                        let Err(got) = launch::cuda::tensor_parallel(src, &devices, cache(1, 16), &TpOptions::default())
+                        else {
+                            panic!("{} tp {tp}: accepted although {want}", $name);
+                        };
+                        assert_eq!(got.to_string(), want.to_string());
+                        continue;
+                    }
+                    for graphs in [true, false] {
+                        let mut opts = TpOptions::default();
+                        opts.graphs.enabled = graphs;
+                        let mk = |seqs, page| {
+                            let src = Source::Dir(dir.clone());
+                            launch::cuda::tensor_parallel(src, &devices, cache(seqs, page), &opts).unwrap()
+                        };
+                        let gate = format!("{} cuda tp{tp} (graphs {graphs}) vs HF f32", $name);
+                        all_arms(&gate, &hf_f32, fixture_tol($tol, $mean), &mk);
+                    }
+                }
+            }
         }
     )*};
+}
+
+/// Whether the host has at least `n` CUDA devices; prints a skip line otherwise, or panics when
+/// `DELTAKIT_REQUIRE_GPUS` asks for at least `n`.
+fn gpus_or_skip(n: usize, what: &str) -> bool {
+    let have = deltakit::cudarc::driver::CudaContext::device_count().map_or(0, |c| c as usize);
+    if have >= n {
+        return true;
+    }
+    let required: usize =
+        std::env::var("DELTAKIT_REQUIRE_GPUS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(
+        required < n,
+        "{what}: needs {n} GPUs, the host has {have} (DELTAKIT_REQUIRE_GPUS={required})"
+    );
+    eprintln!("{what}: skipped, needs {n} GPUs, the host has {have}");
+    false
 }
 
 // The bf16 CPU backend vs HF f32 over every arm (`cpu_bf16_calibration`, 2026-11-30), max /
