@@ -26,6 +26,7 @@
 // S, E, v in registers).
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <atomic>
 
@@ -795,6 +796,1000 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(const Args args) {
 #endif  // DK_GDR_FUSED_SM90A
 }
 
+// ----------------------------------------------------------------------------------------------------------------
+// Split pipeline (DELTAKIT_GDR_PREFILL=split, session 5): the chunk-local part off the sequential chain.
+//   1. split_local_kernel, grid (NT, H_v), 128 threads, 3 CTAs / SM: per (chunk id, value head) the fused kernel's
+//      local code (gating, norms, A = K K^T, P = Q K^T, Tm = (I + A)^-1, Tb hi / lo), computed once per head, written
+//      to the workspace as the chunk's 26,880-byte stage image (the bytes the fused kernel's local warps leave in a
+//      stage rest: Tb hi, Tb lo, P, the f32 vectors).
+//   2. split_state_kernel, grid (N, H_v, V / 64), 256 threads: warps 0-3 = the fused kernel's state side (variant 17
+//      scheduling), warps 4-7 only copy chunk c's K / Q / V tile and image into a 3-stage ring (cp.async).
+// Chunk ids: coff / cseq of the Triton chunk_offsets / chunk_map kernels (the library's workspace regions).
+#ifdef __CUDA_ARCH__
+constexpr uint32_t kLpVec = 32768;                 // local pass: vectors after the K / Q input [0, 32768)
+constexpr uint32_t kLpA = kLpVec + kNumVec * 256;  // f32 A [64][72]
+constexpr uint32_t kLpT = kLpA + 64 * kLd * 4;     // f32 Tm [64][72]
+constexpr uint32_t kLpX = 24576;                   // 4 x f32 [16][24] level scratch over Q rows 32..63 (dead by then)
+constexpr int kSpFull = 1;                         // + stage (state kernel)
+constexpr int kSpEmpty = 4;                        // + stage
+static_assert(kLpX + 4 * 16 * kLdX * 4 <= 32768 && kOP + 8192 <= kLpX, "local pass aliasing");
+#endif
+constexpr uint32_t kLpSmem = 32768 + kNumVec * 256 + 2 * 64 * kLd * 4;  // 71,936: 3 CTAs / SM
+constexpr int kSpNs = 3;                                              // state kernel stages
+constexpr uint32_t kSpStage = kInBytes + kStRest;                     // 67,840
+constexpr uint32_t kSpOO = kSpNs * kSpStage;                          // output staging, 4 x bf16 [64][16]
+constexpr uint32_t kSpSmem = kSpOO + 4 * 64 * 32;                     // 211,712
+static_assert(kSpSmem <= 232448 && 3 * (kLpSmem + 1024) <= 233472, "split shared memory plan");
+
+struct SplitArgs {
+  DkGdrPrefillFusedParams p;
+  DkGdrPrefillSplitWs w;
+};
+__device__ int g_split_prof_printed;
+__device__ int g_split_local_printed;
+
+template <int VAR>
+__global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs args) {
+#ifdef DK_GDR_FUSED_SM90A
+  constexpr bool kFast = false, kProf = (VAR & 2) != 0;
+  long long tp = 0, ph[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#define DK_LMARK(i)                  \
+  if constexpr (kProf) {             \
+    const long long now = clock64(); \
+    ph[i] = now - tp;                \
+    tp = now;                        \
+  }
+  if constexpr (kProf) tp = clock64();
+  const long long tstart = tp;
+  const DkGdrPrefillFusedParams& p = args.p;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lt = threadIdx.x, lw = lt >> 5, lane = lt & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int64_t pc = blockIdx.x;  // chunk id
+  const int hv = blockIdx.y;
+  const int seq = reinterpret_cast<const int*>(args.w.cseq)[pc];
+  if (seq < 0) return;
+  const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
+  if (!(slot >= 0 && slot < p.num_slots)) return;  // padding: the state kernel reads no image
+  const int64_t HV = p.h_v, T = p.num_tokens;
+  const int hk = int(hv / (HV / p.h_k));
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  int64_t bos = cu[seq], eos = cu[seq + 1];
+  bos = bos < 0 ? 0 : (bos > T ? T : bos);
+  eos = eos < bos ? bos : (eos > T ? T : eos);
+  const int64_t t0 = bos + (pc - reinterpret_cast<const int*>(args.w.coff)[seq]) * kC;
+  if (t0 >= eos || t0 < bos) return;
+  const int n = int(eos - t0 < kC ? eos - t0 : kC);
+  const uint32_t sbase = smem_u32(smem);
+  const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
+  const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
+  float* vec = reinterpret_cast<float*>(smem + kLpVec);
+  float* sA = reinterpret_cast<float*>(smem + kLpA);
+  float* sT = reinterpret_cast<float*>(smem + kLpT);
+  float* sX = reinterpret_cast<float*>(smem + kLpX) + lw * 16 * kLdX;
+  unsigned char* stg = smem;  // the image: Tb hi [0, 8192), Tb lo, P [16384, 24576) over the dead K / Q tiles
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+    const int rr = row < n ? row : 0;
+    const uint32_t bytes = row < n ? 16u : 0u;
+    const uint32_t off = uint32_t(row * 256) + (uint32_t((ch ^ (row & 7))) << 4);
+    cp_async16(sbase + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
+    cp_async16(sbase + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
+  }
+  cp_async_commit();
+  if (lt < 64) {  // gating of row lt + inclusive scan (warps 0, 1)
+    const bool valid = lt < n;
+    float gg = 0.f, be = 0.f;
+    if (valid) {
+      const int64_t t = t0 + lt;
+      if (p.fused) {
+        const float a_log_e = -expf(reinterpret_cast<const float*>(p.a_log)[hv]);
+        const float dtb = reinterpret_cast<const float*>(p.dt_bias)[hv];
+        const __nv_bfloat16* ap = reinterpret_cast<const __nv_bfloat16*>(p.a);
+        const __nv_bfloat16* bp = reinterpret_cast<const __nv_bfloat16*>(p.b);
+        const float x = __bfloat162float(ap[t * p.ab_stride + hv]) + dtb;
+        const float e = expf(fminf(x, 20.f));
+        const float one_e = 1.f + e;
+        const float lp = one_e == 1.f ? e : logf(one_e) * (e / (one_e == 1.f ? 1.f : one_e - 1.f));
+        const float sp = x > 20.f ? x : lp;
+        gg = a_log_e * sp;
+        be = 1.f / (1.f + expf(-__bfloat162float(bp[t * p.ab_stride + hv])));
+      } else {
+        gg = reinterpret_cast<const float*>(p.g)[t * HV + hv];
+        be = reinterpret_cast<const float*>(p.beta)[t * HV + hv];
+      }
+      gg = gg > -kGFloor ? gg : -kGFloor;
+    }
+    float sc = gg;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, sc, o);
+      if (lane >= o) sc += y;
+    }
+    vec[kGpart * 64 + lt] = sc;
+    vec[kBeta * 64 + lt] = be;
+  }
+  DK_LMARK(0)
+  cp_async_wait_all();
+  __syncthreads();
+  DK_LMARK(1)
+  {  // norms and per-row factors: lt < 64 key row lt, else query row lt - 64
+    const int row = lt & 63;
+    const unsigned char* tile = smem + (lt < 64 ? kOK : kOQ) + row * 256;
+    float pss[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int ch = 0; ch < 16; ++ch) {
+      const uint4 u = *reinterpret_cast<const uint4*>(tile + 16 * ch);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = unpack_bf(w[j]);
+        pss[j] = fmaf(f.y, f.y, fmaf(f.x, f.x, pss[j]));
+      }
+    }
+    const float ss = (pss[0] + pss[1]) + (pss[2] + pss[3]);
+    const float rn = p.use_l2 ? rsqrtf(ss + 1e-6f) : 1.f;
+    const float gc = vec[kGpart * 64 + row] + (row >= 32 ? vec[kGpart * 64 + 31] : 0.f);
+    const float glast = vec[kGpart * 64 + 63] + vec[kGpart * 64 + 31];
+    const bool valid = row < n;
+    if (lt < 64) {
+      vec[kGc * 64 + row] = gc;
+      vec[kRnk * 64 + row] = rn;
+      vec[kXsc * 64 + row] = valid ? dexp<kFast>(gc) * rn : 0.f;
+      vec[kKdec * 64 + row] = valid ? dexp<kFast>(glast - gc) * rn : 0.f;
+      if (row == 0) vec[kMisc * 64] = dexp<kFast>(glast);
+    } else {
+      const float rq = rn * p.scale;
+      vec[kRnq * 64 + row] = rq;
+      vec[kQsc * 64 + row] = valid ? rq * dexp<kFast>(gc) : 0.f;
+    }
+  }
+  __syncthreads();
+  DK_LMARK(2)
+  {  // A = K K^T and P = Q K^T for rows 16 lw .. 16 lw + 15 (column tiles up to the diagonal)
+    float a[8][4], pp[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a[i][j] = pp[i][j] = 0.f;
+    const int m0 = 16 * lw;
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      uint32_t ka[4], qa[4];
+      ldsm4(a_a_mk(sbase + kOK, m0, 16 * kb, 256, lane), ka);
+      ldsm4(a_a_mk(sbase + kOQ, m0, 16 * kb, 256, lane), qa);
+      uint32_t bb[4][4];
+#pragma unroll
+      for (int np = 0; np < 4; ++np)
+        if (np <= lw) ldsm4(a_b_nk(sbase + kOK, 16 * np, 16 * kb, 256, lane), bb[np]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np)
+        if (np <= lw) {
+          mma_nv(a[2 * np], ka, bb[np][0], bb[np][1]);
+          mma_nv(a[2 * np + 1], ka, bb[np][2], bb[np][3]);
+        }
+#pragma unroll
+      for (int np = 0; np < 4; ++np)
+        if (np <= lw) {
+          mma_nv(pp[2 * np], qa, bb[np][0], bb[np][1]);
+          mma_nv(pp[2 * np + 1], qa, bb[np][2], bb[np][3]);
+        }
+    }
+    __syncthreads();  // every warp's K / Q reads done: P overwrites Q rows 0..31
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = m0 + g + 8 * h;
+      const float bt = vec[kBeta * 64 + t] * vec[kRnk * 64 + t];
+      const float rq = vec[kRnq * 64 + t];
+      const float gct = vec[kGc * 64 + t];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int s = 8 * nt + 2 * q;
+        float av[2], pv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float rks = vec[kRnk * 64 + s + e];
+          const float dx = (s + e <= t) ? dexp<kFast>(gct - vec[kGc * 64 + s + e]) : 0.f;
+          av[e] = (s + e < t) ? a[nt][2 * h + e] * bt * rks * dx : 0.f;
+          pv[e] = (s + e <= t) ? pp[nt][2 * h + e] * rq * rks * dx : 0.f;
+        }
+        *reinterpret_cast<float2*>(sA + t * kLd + s) = make_float2(av[0], av[1]);
+        *reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2) =
+            pack_bf(pv[0], pv[1]);
+      }
+    }
+  }
+  __syncthreads();
+  DK_LMARK(3)
+  {  // diagonal blocks: warp lw inverts block lw (lane c < 16 owns column c)
+    const int cidx = lane & 15;
+    const float* Ab = sA + (16 * lw) * kLd + 16 * lw;
+    float col[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float x = (i == cidx) ? 1.f : 0.f;
+#pragma unroll
+      for (int m = 0; m < i; ++m) x -= Ab[i * kLd + m] * col[m];
+      col[i] = x;
+    }
+    if (lane < 16) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sT[(16 * lw + i) * kLd + 16 * lw + cidx] = col[i];
+    }
+  }
+  __syncthreads();
+  DK_LMARK(4)
+#pragma unroll 1
+  for (int lvl = 1; lvl < 4; ++lvl) {  // Tm_ij = -D_i sum_{j <= m < i} A_im Tm_mj, i - j = lvl
+    const int j = lw, i = lw + lvl;
+    if (i < 4) {
+      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      for (int m = j; m < i; ++m)
+        mm16_f32(acc, sA + (16 * i) * kLd + 16 * m, kLd, sT + (16 * m) * kLd + 16 * j, kLd, lane);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        sX[g * kLdX + 8 * nt + 2 * q] = acc[nt][0];
+        sX[g * kLdX + 8 * nt + 2 * q + 1] = acc[nt][1];
+        sX[(g + 8) * kLdX + 8 * nt + 2 * q] = acc[nt][2];
+        sX[(g + 8) * kLdX + 8 * nt + 2 * q + 1] = acc[nt][3];
+      }
+      __syncwarp();
+      float r[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      mm16_f32(r, sT + (16 * i) * kLd + 16 * i, kLd, sX, kLdX, lane);
+      float* dst = sT + (16 * i) * kLd + 16 * j;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        *reinterpret_cast<float2*>(dst + g * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][0], -r[nt][1]);
+        *reinterpret_cast<float2*>(dst + (g + 8) * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][2], -r[nt][3]);
+      }
+      __syncwarp();
+    }
+    __syncthreads();
+  }
+  DK_LMARK(5)
+  // Tb = Tm diag(beta) (lower triangle incl. the diagonal) -> bf16 hi / lo tiles of the image.
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int idx = lt + 128 * it, t = idx >> 3, ch = idx & 7, s0 = ch * 8;
+    const float4 u0 = *reinterpret_cast<const float4*>(sT + t * kLd + s0);
+    const float4 u1 = *reinterpret_cast<const float4*>(sT + t * kLd + s0 + 4);
+    const float x[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int s = s0 + 2 * e;
+      const float y0 = s <= t ? x[2 * e] * vec[kBeta * 64 + s] : 0.f;
+      const float y1 = s + 1 <= t ? x[2 * e + 1] * vec[kBeta * 64 + s + 1] : 0.f;
+      split2(y0, y1, hi[e], lo[e]);
+    }
+    const uint32_t off = uint32_t(t * 128) + (uint32_t((ch ^ (t & 7))) << 4);
+    *reinterpret_cast<uint4*>(stg + kOTh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(stg + kOTl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+  __syncthreads();
+  uint4* img = reinterpret_cast<uint4*>(args.w.img + uint64_t(pc * HV + hv) * kStRest);
+  for (int idx = lt; idx < int(kStRest / 16); idx += 128) {
+    const uint32_t b = uint32_t(idx) * 16u;
+    img[idx] = *reinterpret_cast<const uint4*>(b < kRVec ? smem + b : smem + kLpVec + (b - kRVec));
+  }
+  DK_LMARK(6)
+  if constexpr (kProf) {  // one CTA (chunk id 64, head 0): cycles of each phase
+    if (pc == 64 && hv == 0 && lt == 0 && atomicAdd(&g_split_local_printed, 1) == 0)
+      printf("split-local-prof chunk 64 cycles: issue+gates %lld cp_wait %lld norms %lld kkt+epilogue %lld diag_inv %lld "
+             "levels %lld tb+copy_out %lld total %lld\n",
+             ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], clock64() - tstart);
+  }
+#undef DK_LMARK
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+template <int VAR>
+__global__ void __launch_bounds__(kThreads, 1) split_state_kernel(const SplitArgs args) {
+#ifdef DK_GDR_FUSED_SM90A
+  constexpr bool kProf = (VAR & 2) != 0, kSched = true;
+  long long tp = 0, ph[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+#define DK_MARK(i)                  \
+  if constexpr (kProf) {            \
+    const long long now = clock64(); \
+    ph[i] += now - tp;              \
+    tp = now;                       \
+  }
+  const DkGdrPrefillFusedParams& p = args.p;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int64_t seq = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int col0 = blockIdx.z * kBV;
+  const int64_t HV = p.h_v, V = p.v_dim, T = p.num_tokens;
+  const int hk = int(hv / (HV / p.h_k));
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  int64_t bos = cu[seq], eos = cu[seq + 1];
+  bos = bos < 0 ? 0 : (bos > T ? T : bos);
+  eos = eos < bos ? bos : (eos > T ? T : eos);
+  const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
+  const bool live = slot >= 0 && slot < p.num_slots;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  if (!live) {  // padding sequence: zero output rows, state untouched
+    const int64_t chunks = (eos - bos) * (kBV / 8);
+    for (int64_t i = tid; i < chunks; i += kThreads) {
+      const int64_t t = bos + i / (kBV / 8);
+      const int ch = int(i % (kBV / 8));
+      *reinterpret_cast<uint4*>(out + (t * HV + hv) * V + col0 + 8 * ch) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int64_t nc = (eos - bos + kC - 1) / kC;
+  const uint32_t sbase = smem_u32(smem);
+  if (warp >= 4) {  // loaders: chunk c's K / Q / V tile and image into stage c % 3
+    const int lt = tid - 128;
+    const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
+    const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
+    const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(p.v);
+    const int64_t cbase = reinterpret_cast<const int*>(args.w.coff)[seq];
+    for (int64_t c = 0; c < nc; ++c) {
+      const int st = int(c % kSpNs);
+      if (c >= kSpNs) bar_sync(kSpEmpty + st, 256);
+      const uint32_t sin = sbase + st * kSpStage;
+      const int64_t t0 = bos + c * kC;
+      const int n = int(eos - t0 < kC ? eos - t0 : kC);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+        const int rr = row < n ? row : 0;
+        const uint32_t bytes = row < n ? 16u : 0u;
+        const uint32_t off = uint32_t(row * 256) + (uint32_t((ch ^ (row & 7))) << 4);
+        cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
+        cp_async16(sin + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
+        const int rr = row < n ? row : 0;
+        const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
+        cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + col0 + ch * 8, row < n ? 16u : 0u);
+      }
+      int64_t pi = cbase + c;
+      pi = pi < args.w.nt ? pi : args.w.nt - 1;  // only for cu_seqlens the offsets pass clamped
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(args.w.img) + uint64_t(pi * HV + hv) * kStRest;
+      for (int idx = lt; idx < int(kStRest / 16); idx += 128)
+        cp_async16(sin + kInBytes + 16u * idx, src + 16 * idx, 16u);
+      cp_async_commit();
+      cp_async_wait_all();
+      bar_arrive(kSpFull + st, 256);
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------- state warps: S^T rows 16 sw .. 16 sw + 15
+  const int sw = warp;
+  float s[16][4];
+  float* sp = reinterpret_cast<float*>(p.state) + (slot * HV + hv) * (int64_t(kK) * V) + col0;
+  bool read = p.init_mode == 1;
+  if (p.init_mode == 2) read = reinterpret_cast<const int*>(p.init)[seq] != 0;
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
+      s[nt][i] = read ? sp[int64_t(k) * V + v] : 0.f;
+    }
+  unsigned char* so = smem + kSpOO + sw * 2048;
+  if constexpr (kProf) tp = clock64();
+  const long long tstart = tp;
+  for (int64_t c = 0; c < nc; ++c) {
+    const int st = int(c % kSpNs);
+    const unsigned char* stg = smem + st * kSpStage + kInBytes;
+    const uint32_t sstg = sbase + st * kSpStage + kInBytes;
+    const uint32_t sin = sbase + st * kSpStage;
+    const float* vec = reinterpret_cast<const float*>(stg + kRVec);
+    const int64_t t0 = bos + c * kC;
+    const int n = int(eos - t0 < kC ? eos - t0 : kC);
+    bar_sync(kSpFull + st, 256);
+    DK_MARK(0)
+    float x[8][4], o[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[i][j] = o[i][j] = 0.f;
+    // X^T = S^T K^T (S hi + lo), O^T = S_hi^T Q^T.
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      uint32_t ah[4], al[4];
+      split2(s[2 * kb][0], s[2 * kb][1], ah[0], al[0]);
+      split2(s[2 * kb][2], s[2 * kb][3], ah[1], al[1]);
+      split2(s[2 * kb + 1][0], s[2 * kb + 1][1], ah[2], al[2]);
+      split2(s[2 * kb + 1][2], s[2 * kb + 1][3], ah[3], al[3]);
+      if constexpr (kSched) {
+        uint32_t bk[4][4], bq[4][4];
+#pragma unroll
+        for (int np = 0; np < 4; ++np) ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), bk[np]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) ldsm4(a_b_nk(sin + kOQ, 16 * np, 16 * kb, 256, lane), bq[np]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          mma_nv(x[2 * np], ah, bk[np][0], bk[np][1]);
+          mma_nv(x[2 * np + 1], ah, bk[np][2], bk[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          mma_nv(o[2 * np], ah, bq[np][0], bq[np][1]);
+          mma_nv(o[2 * np + 1], ah, bq[np][2], bq[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          mma_nv(x[2 * np], al, bk[np][0], bk[np][1]);
+          mma_nv(x[2 * np + 1], al, bk[np][2], bk[np][3]);
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          ldsm4(a_b_nk(sin + kOK, 16 * np, 16 * kb, 256, lane), b);
+          mma(x[2 * np], ah, b[0], b[1]);
+          mma(x[2 * np + 1], ah, b[2], b[3]);
+          mma(x[2 * np], al, b[0], b[1]);
+          mma(x[2 * np + 1], al, b[2], b[3]);
+          ldsm4(a_b_nk(sin + kOQ, 16 * np, 16 * kb, 256, lane), b);
+          mma(o[2 * np], ah, b[0], b[1]);
+          mma(o[2 * np + 1], ah, b[2], b[3]);
+        }
+      }
+    }
+    DK_MARK(1)
+    // E^T = V^T - X^T diag(xsc) (in x).
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t vr[4];
+      ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int nt = 2 * kb + hh;
+        const float2 xs = *reinterpret_cast<const float2*>(vec + kXsc * 64 + 8 * nt + 2 * q);
+        const float2 v0 = unpack_bf(vr[2 * hh]), v1 = unpack_bf(vr[2 * hh + 1]);
+        x[nt][0] = v0.x - x[nt][0] * xs.x;
+        x[nt][1] = v0.y - x[nt][1] * xs.y;
+        x[nt][2] = v1.x - x[nt][2] * xs.x;
+        x[nt][3] = v1.y - x[nt][3] * xs.y;
+      }
+    }
+    DK_MARK(2)
+    // v^T = E^T Tb^T (three products; Tb lower triangular: s-block kb <= t-block np).
+    float vn[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) vn[i][j] = 0.f;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t eh[4], el[4];
+      split2(x[2 * kb][0], x[2 * kb][1], eh[0], el[0]);
+      split2(x[2 * kb][2], x[2 * kb][3], eh[1], el[1]);
+      split2(x[2 * kb + 1][0], x[2 * kb + 1][1], eh[2], el[2]);
+      split2(x[2 * kb + 1][2], x[2 * kb + 1][3], eh[3], el[3]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (kb <= np) {
+          uint32_t th[4], tl[4];
+          ldsm4(a_b_nk(sstg + kOTh, 16 * np, 16 * kb, 128, lane), th);
+          ldsm4(a_b_nk(sstg + kOTl, 16 * np, 16 * kb, 128, lane), tl);
+          mma(vn[2 * np], eh, th[0], th[1]);
+          mma(vn[2 * np + 1], eh, th[2], th[3]);
+          mma(vn[2 * np], eh, tl[0], tl[1]);
+          mma(vn[2 * np + 1], eh, tl[2], tl[3]);
+          mma(vn[2 * np], el, th[0], th[1]);
+          mma(vn[2 * np + 1], el, th[2], th[3]);
+        }
+      }
+    }
+    DK_MARK(3)
+    // O^T = O^T diag(qsc) + v_hi^T P^T.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float2 qs = *reinterpret_cast<const float2*>(vec + kQsc * 64 + 8 * nt + 2 * q);
+      o[nt][0] *= qs.x;
+      o[nt][1] *= qs.y;
+      o[nt][2] *= qs.x;
+      o[nt][3] *= qs.y;
+    }
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t a[4];
+      a[0] = pack_bf(vn[2 * kb][0], vn[2 * kb][1]);
+      a[1] = pack_bf(vn[2 * kb][2], vn[2 * kb][3]);
+      a[2] = pack_bf(vn[2 * kb + 1][0], vn[2 * kb + 1][1]);
+      a[3] = pack_bf(vn[2 * kb + 1][2], vn[2 * kb + 1][3]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (kb <= np) {
+          uint32_t b[4];
+          ldsm4(a_b_nk(sstg + kOP, 16 * np, 16 * kb, 128, lane), b);
+          mma(o[2 * np], a, b[0], b[1]);
+          mma(o[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    DK_MARK(4)
+    // Output: stage [64 t][16 v] bf16 per warp, then 16-byte rows to global.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int t = 8 * nt + 2 * q;
+      __nv_bfloat16* r0 = reinterpret_cast<__nv_bfloat16*>(so + t * 32);
+      __nv_bfloat16* r1 = reinterpret_cast<__nv_bfloat16*>(so + (t + 1) * 32);
+      r0[g] = __float2bfloat16_rn(o[nt][0]);
+      r1[g] = __float2bfloat16_rn(o[nt][1]);
+      r0[g + 8] = __float2bfloat16_rn(o[nt][2]);
+      r1[g + 8] = __float2bfloat16_rn(o[nt][3]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = lane + 32 * i, row = idx >> 1, half = idx & 1;
+      if (row < n)
+        *reinterpret_cast<uint4*>(out + ((t0 + row) * HV + hv) * V + col0 + 16 * sw + 8 * half) =
+            *reinterpret_cast<const uint4*>(so + row * 32 + half * 16);
+    }
+    __syncwarp();
+    DK_MARK(5)
+    // S^T = e^{g_last} S^T + (v^T diag(kdec)) K  (two products).
+    const float gl = vec[kMisc * 64];
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nt][i] *= gl;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t wh[4], wl[4];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int nt = 2 * kb + hh;
+        const float2 kd = *reinterpret_cast<const float2*>(vec + kKdec * 64 + 8 * nt + 2 * q);
+        split2(vn[nt][0] * kd.x, vn[nt][1] * kd.y, wh[2 * hh], wl[2 * hh]);
+        split2(vn[nt][2] * kd.x, vn[nt][3] * kd.y, wh[2 * hh + 1], wl[2 * hh + 1]);
+      }
+      if constexpr (kSched) {
+        uint32_t bb[8][4];
+#pragma unroll
+        for (int np = 0; np < 8; ++np) ldsm4t(a_b_kn(sin + kOK, 16 * kb, 16 * np, 256, lane), bb[np]);
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          mma_nv(s[2 * np], wh, bb[np][0], bb[np][1]);
+          mma_nv(s[2 * np + 1], wh, bb[np][2], bb[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          mma_nv(s[2 * np], wl, bb[np][0], bb[np][1]);
+          mma_nv(s[2 * np + 1], wl, bb[np][2], bb[np][3]);
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          uint32_t b[4];
+          ldsm4t(a_b_kn(sin + kOK, 16 * kb, 16 * np, 256, lane), b);
+          mma(s[2 * np], wh, b[0], b[1]);
+          mma(s[2 * np + 1], wh, b[2], b[3]);
+          mma(s[2 * np], wl, b[0], b[1]);
+          mma(s[2 * np + 1], wl, b[2], b[3]);
+        }
+      }
+    }
+    if (c + kSpNs < nc) bar_arrive(kSpEmpty + st, 256);
+    DK_MARK(6)
+  }
+  if constexpr (kProf) {
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0 && nc >= 64 &&
+        atomicAdd(&g_split_prof_printed, 1) == 0)
+      printf("split-prof state nc=%lld cycles/chunk: wait_full %lld X+QS %lld E %lld v %lld O %lld store %lld "
+             "S_update %lld total %lld\n",
+             (long long)nc, ph[0] / nc, ph[1] / nc, ph[2] / nc, ph[3] / nc, ph[4] / nc, ph[5] / nc, ph[6] / nc,
+             (clock64() - tstart) / nc);
+  }
+#undef DK_MARK
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
+      sp[int64_t(k) * V + v] = s[nt][i];
+    }
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif  // DK_GDR_FUSED_SM90A
+}
+
+// Split pipeline, state kernel on wgmma (variant bit 16, session 5; compiled, not yet run on a GPU). Same roles and
+// products as split_state_kernel, but every state-side product is an asynchronous warpgroup MMA with the A operand
+// from registers (the S^T / E^T / v^T accumulators split to bf16 fragments, the layout of mma.sync's A fragment) and
+// the B operand from shared memory through 128-byte-swizzle descriptors: X^T = S^T K^T and S_hi^T Q^T (24 x
+// m64n64k16, K / Q tiles K-major as two 64-column panels), v^T = E^T Tb^T (12), O^T += v_hi^T P^T (4), S^T +=
+// (v^T diag(kdec)) K (16, the K panels MN-major). Stage tiles are 1024-aligned (stage stride 67 KB).
+#ifdef DK_GDR_FUSED_SM90A
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_acc(float (&r)[8][4]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+}
+__device__ __forceinline__ void fence_frag(uint32_t (&r)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[j])::"memory");
+}
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64]: A bf16 from registers (warp w: rows 16 w .. 16 w + 15, mma.sync A-fragment
+// layout), B from shared memory (TB = 0: K-major, TB = 1: MN-major), f32 accumulate in d (mma.sync C layout per n8).
+template <int TB>
+__device__ __forceinline__ void wg_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+}
+#endif
+constexpr uint32_t kWgStage = 67 * 1024;                    // [K panels 16 KB | Q panels 16 KB | V 8 KB | image]
+constexpr uint32_t kWgOO = kSpNs * kWgStage;                // output staging, 4 x bf16 [64][16]
+constexpr uint32_t kWgSmem = kWgOO + 4 * 64 * 32 + 1024;    // + alignment slack: 215,040
+static_assert(kInBytes + kStRest <= kWgStage && kWgSmem <= 232448, "wgmma split shared memory plan");
+
+__device__ long long g_split_wg_prof[9];
+__global__ void split_wg_prof_print() {
+  if (g_split_prof_printed == 1 && g_split_wg_prof[8] > 0) {
+    const long long* h = g_split_wg_prof;
+    printf("split-wg-prof state nc=%lld cycles/chunk: wait_full %lld X+QS %lld E %lld v %lld O-issue+S-issue %lld "
+           "store %lld S_wait %lld total %lld\n",
+           h[8], h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+    g_split_prof_printed = 2;
+  }
+}
+
+template <int VAR>
+__global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs args) {
+#ifdef DK_GDR_FUSED_SM90A
+  constexpr bool kProf = (VAR & 2) != 0, kAhead = (VAR & 32) != 0;
+  long long tp = 0, ph[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+#define DK_MARK(i)                  \
+  if constexpr (kProf) {            \
+    const long long now = clock64(); \
+    ph[i] += now - tp;              \
+    tp = now;                       \
+  }
+  const DkGdrPrefillFusedParams& p = args.p;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int64_t seq = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int col0 = blockIdx.z * kBV;
+  const int64_t HV = p.h_v, V = p.v_dim, T = p.num_tokens;
+  const int hk = int(hv / (HV / p.h_k));
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  int64_t bos = cu[seq], eos = cu[seq + 1];
+  bos = bos < 0 ? 0 : (bos > T ? T : bos);
+  eos = eos < bos ? bos : (eos > T ? T : eos);
+  const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
+  const bool live = slot >= 0 && slot < p.num_slots;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  if (!live) {  // padding sequence: zero output rows, state untouched
+    const int64_t chunks = (eos - bos) * (kBV / 8);
+    for (int64_t i = tid; i < chunks; i += kThreads) {
+      const int64_t t = bos + i / (kBV / 8);
+      const int ch = int(i % (kBV / 8));
+      *reinterpret_cast<uint4*>(out + (t * HV + hv) * V + col0 + 8 * ch) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int64_t nc = (eos - bos + kC - 1) / kC;
+  const uint32_t sbase = smem_u32(smem);
+  const uint32_t abase = (sbase + 1023u) & ~1023u;  // 1024-aligned stage tiles (128-byte swizzle atoms)
+  unsigned char* asmem = smem + (abase - sbase);
+  if (warp >= 4) {  // loaders: chunk c's K / Q panels, V tile and image into stage c % 3
+    const int lt = tid - 128;
+    const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
+    const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
+    const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(p.v);
+    const int64_t cbase = reinterpret_cast<const int*>(args.w.coff)[seq];
+    for (int64_t c = 0; c < nc; ++c) {
+      const int st = int(c % kSpNs);
+      if (c >= kSpNs) bar_sync(kSpEmpty + st, 256);
+      const uint32_t sin = abase + st * kWgStage;
+      const int64_t t0 = bos + c * kC;
+      const int n = int(eos - t0 < kC ? eos - t0 : kC);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+        const int rr = row < n ? row : 0;
+        const uint32_t bytes = row < n ? 16u : 0u;
+        const uint32_t off = uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+        cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
+        cp_async16(sin + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
+        const int rr = row < n ? row : 0;
+        const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
+        cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + col0 + ch * 8, row < n ? 16u : 0u);
+      }
+      int64_t pi = cbase + c;
+      pi = pi < args.w.nt ? pi : args.w.nt - 1;  // only for cu_seqlens the offsets pass clamped
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(args.w.img) + uint64_t(pi * HV + hv) * kStRest;
+      for (int idx = lt; idx < int(kStRest / 16); idx += 128)
+        cp_async16(sin + kInBytes + 16u * idx, src + 16 * idx, 16u);
+      cp_async_commit();
+      if constexpr (kAhead) {  // two chunks in flight: chunk c - 1's copies landed -> its stage is full
+        if (c >= 1) {
+          asm volatile("cp.async.wait_group 1;" ::: "memory");
+          bar_arrive(kSpFull + int((c - 1) % kSpNs), 256);
+        }
+      } else {
+        cp_async_wait_all();
+        bar_arrive(kSpFull + st, 256);
+      }
+    }
+    if constexpr (kAhead) {
+      if (nc >= 1) {
+        cp_async_wait_all();
+        bar_arrive(kSpFull + int((nc - 1) % kSpNs), 256);
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------- state warpgroup: S^T rows 16 sw .. 16 sw + 15
+  const int sw = warp;
+  float s0[8][4], s1[8][4];  // S^T columns k 0..63 (panel 0) and 64..127 (panel 1)
+#define DK_S(nt, i) ((nt) < 8 ? s0[(nt) & 7][i] : s1[(nt) & 7][i])
+  float* sp = reinterpret_cast<float*>(p.state) + (slot * HV + hv) * (int64_t(kK) * V) + col0;
+  bool read = p.init_mode == 1;
+  if (p.init_mode == 2) read = reinterpret_cast<const int*>(p.init)[seq] != 0;
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
+      DK_S(nt, i) = read ? sp[int64_t(k) * V + v] : 0.f;
+    }
+  unsigned char* so = asmem + kWgOO + sw * 2048;
+  if constexpr (kProf) tp = clock64();
+  const long long tstart = tp;
+  for (int64_t c = 0; c < nc; ++c) {
+    const int st = int(c % kSpNs);
+    const unsigned char* stg = asmem + st * kWgStage + kInBytes;
+    const uint32_t sstg = abase + st * kWgStage + kInBytes;
+    const uint32_t sin = abase + st * kWgStage;
+    const float* vec = reinterpret_cast<const float*>(stg + kRVec);
+    const int64_t t0 = bos + c * kC;
+    const int n = int(eos - t0 < kC ? eos - t0 : kC);
+    uint32_t ah[8][4], al[8][4];
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      split2(DK_S(2 * kb, 0), DK_S(2 * kb, 1), ah[kb][0], al[kb][0]);
+      split2(DK_S(2 * kb, 2), DK_S(2 * kb, 3), ah[kb][1], al[kb][1]);
+      split2(DK_S(2 * kb + 1, 0), DK_S(2 * kb + 1, 1), ah[kb][2], al[kb][2]);
+      split2(DK_S(2 * kb + 1, 2), DK_S(2 * kb + 1, 3), ah[kb][3], al[kb][3]);
+    }
+    float x[8][4], o[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[i][j] = o[i][j] = 0.f;
+    bar_sync(kSpFull + st, 256);
+    fence_proxy_async_smem();  // the cp.async-written tiles -> the tensor cores' async proxy
+    DK_MARK(0)
+    // X^T = S^T K^T (S hi + lo), O^T = S_hi^T Q^T: B = K / Q rows (K-major, panel kb / 4, 32 bytes a k16 step).
+    // Every A fragment and accumulator is pinned (volatile register fences) before wgmma.fence, so that none is
+    // defined between the fence and the products (ptxas would insert a warpgroup.arrive and serialize them).
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      fence_frag(ah[kb]);
+      fence_frag(al[kb]);
+    }
+    fence_acc(x);
+    fence_acc(o);
+    wg_fence();
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      const uint32_t ok = uint32_t(kb >> 2) * 8192u + uint32_t(kb & 3) * 32u;
+      const uint64_t dk = wg_desc(sin + kOK + ok, 16, 1024), dq = wg_desc(sin + kOQ + ok, 16, 1024);
+      wg_rs<0>(x, ah[kb], dk);
+      wg_rs<0>(o, ah[kb], dq);
+      wg_rs<0>(x, al[kb], dk);
+    }
+    wg_commit();
+    wg_wait<0>();
+    fence_acc(x);
+    fence_acc(o);
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      fence_frag(ah[kb]);
+      fence_frag(al[kb]);
+    }
+    DK_MARK(1)
+    // E^T = V^T - X^T diag(xsc) (in x).
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      uint32_t vr[4];
+      ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int nt = 2 * kb + hh;
+        const float2 xs = *reinterpret_cast<const float2*>(vec + kXsc * 64 + 8 * nt + 2 * q);
+        const float2 v0 = unpack_bf(vr[2 * hh]), v1 = unpack_bf(vr[2 * hh + 1]);
+        x[nt][0] = v0.x - x[nt][0] * xs.x;
+        x[nt][1] = v0.y - x[nt][1] * xs.y;
+        x[nt][2] = v1.x - x[nt][2] * xs.x;
+        x[nt][3] = v1.y - x[nt][3] * xs.y;
+      }
+    }
+    DK_MARK(2)
+    // v^T = E^T Tb^T (E hi / lo x Tb hi / lo: three products; B = Tb rows t, K-major over s).
+    float vn[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) vn[i][j] = 0.f;
+    uint32_t eh[4][4], el[4][4];
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      split2(x[2 * kb][0], x[2 * kb][1], eh[kb][0], el[kb][0]);
+      split2(x[2 * kb][2], x[2 * kb][3], eh[kb][1], el[kb][1]);
+      split2(x[2 * kb + 1][0], x[2 * kb + 1][1], eh[kb][2], el[kb][2]);
+      split2(x[2 * kb + 1][2], x[2 * kb + 1][3], eh[kb][3], el[kb][3]);
+      fence_frag(eh[kb]);
+      fence_frag(el[kb]);
+    }
+    fence_acc(vn);
+    wg_fence();
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      const uint64_t dth = wg_desc(sstg + kOTh + 32u * kb, 16, 1024), dtl = wg_desc(sstg + kOTl + 32u * kb, 16, 1024);
+      wg_rs<0>(vn, eh[kb], dth);
+      wg_rs<0>(vn, eh[kb], dtl);
+      wg_rs<0>(vn, el[kb], dth);
+    }
+    wg_commit();
+    wg_wait<0>();
+    fence_acc(vn);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      fence_frag(eh[kb]);
+      fence_frag(el[kb]);
+    }
+    DK_MARK(3)
+    // O^T = O^T diag(qsc) + v_hi^T P^T (B = P rows t, K-major over s), issued; then the S update behind it.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float2 qs = *reinterpret_cast<const float2*>(vec + kQsc * 64 + 8 * nt + 2 * q);
+      o[nt][0] *= qs.x;
+      o[nt][1] *= qs.y;
+      o[nt][2] *= qs.x;
+      o[nt][3] *= qs.y;
+    }
+    uint32_t va[4][4], wh[4][4], wl[4][4];
+    const float gl = vec[kMisc * 64];
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      va[kb][0] = pack_bf(vn[2 * kb][0], vn[2 * kb][1]);
+      va[kb][1] = pack_bf(vn[2 * kb][2], vn[2 * kb][3]);
+      va[kb][2] = pack_bf(vn[2 * kb + 1][0], vn[2 * kb + 1][1]);
+      va[kb][3] = pack_bf(vn[2 * kb + 1][2], vn[2 * kb + 1][3]);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int nt = 2 * kb + hh;
+        const float2 kd = *reinterpret_cast<const float2*>(vec + kKdec * 64 + 8 * nt + 2 * q);
+        split2(vn[nt][0] * kd.x, vn[nt][1] * kd.y, wh[kb][2 * hh], wl[kb][2 * hh]);
+        split2(vn[nt][2] * kd.x, vn[nt][3] * kd.y, wh[kb][2 * hh + 1], wl[kb][2 * hh + 1]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) DK_S(nt, i) *= gl;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      fence_frag(va[kb]);
+      fence_frag(wh[kb]);
+      fence_frag(wl[kb]);
+    }
+    fence_acc(o);
+    fence_acc(s0);
+    fence_acc(s1);
+    wg_fence();
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) wg_rs<0>(o, va[kb], wg_desc(sstg + kOP + 32u * kb, 16, 1024));
+    wg_commit();
+    // S^T += (v^T diag(kdec)) K (hi + lo): B = the K panels MN-major (rows t = the k16 step, 2 KB each).
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      const uint64_t d0 = wg_desc(sin + kOK + 2048u * kb, 8192, 1024);
+      const uint64_t d1 = wg_desc(sin + kOK + 8192u + 2048u * kb, 8192, 1024);
+      wg_rs<1>(s0, wh[kb], d0);
+      wg_rs<1>(s1, wh[kb], d1);
+      wg_rs<1>(s0, wl[kb], d0);
+      wg_rs<1>(s1, wl[kb], d1);
+    }
+    wg_commit();
+    wg_wait<1>();  // the O group (committed first) is done; the S update may still run
+    fence_acc(o);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) fence_frag(va[kb]);
+    DK_MARK(4)
+    // Output: stage [64 t][16 v] bf16 per warp, then 16-byte rows to global.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int t = 8 * nt + 2 * q;
+      __nv_bfloat16* r0 = reinterpret_cast<__nv_bfloat16*>(so + t * 32);
+      __nv_bfloat16* r1 = reinterpret_cast<__nv_bfloat16*>(so + (t + 1) * 32);
+      r0[g] = __float2bfloat16_rn(o[nt][0]);
+      r1[g] = __float2bfloat16_rn(o[nt][1]);
+      r0[g + 8] = __float2bfloat16_rn(o[nt][2]);
+      r1[g + 8] = __float2bfloat16_rn(o[nt][3]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = lane + 32 * i, row = idx >> 1, half = idx & 1;
+      if (row < n)
+        *reinterpret_cast<uint4*>(out + ((t0 + row) * HV + hv) * V + col0 + 16 * sw + 8 * half) =
+            *reinterpret_cast<const uint4*>(so + row * 32 + half * 16);
+    }
+    __syncwarp();
+    DK_MARK(5)
+    wg_wait<0>();
+    fence_acc(s0);
+    fence_acc(s1);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      fence_frag(wh[kb]);
+      fence_frag(wl[kb]);
+    }
+    if (c + kSpNs < nc) bar_arrive(kSpEmpty + st, 256);
+    DK_MARK(6)
+  }
+  if constexpr (kProf) {  // no printf here: a call would serialize every wgmma (ptxas C7510); split_wg_prof_print
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0 && nc >= 64 &&
+        atomicAdd(&g_split_prof_printed, 1) == 0) {
+#pragma unroll
+      for (int i = 0; i < 7; ++i) g_split_wg_prof[i] = ph[i] / nc;
+      g_split_wg_prof[7] = (clock64() - tstart) / nc;
+      g_split_wg_prof[8] = nc;
+    }
+  }
+#undef DK_MARK
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
+      sp[int64_t(k) * V + v] = DK_S(nt, i);
+    }
+#undef DK_S
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif  // DK_GDR_FUSED_SM90A
+}
+
 }  // namespace gdr_fused
 }  // namespace dk
 
@@ -810,6 +1805,33 @@ dk_status launch(dim3 grid, const dk::gdr_fused::Args& a, cudaStream_t s) {
                            int(Lay<VAR & 1>::kSmem)) != cudaSuccess)
     return dk::launch_status();
   fused_kernel<VAR><<<grid, kThreads, Lay<VAR & 1>::kSmem, s>>>(a);
+  return dk::launch_status();
+}
+template <int VAR>
+dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
+  using namespace dk::gdr_fused;
+  const DkGdrPrefillFusedParams& p = a.p;
+  if ((VAR & 8) == 0 && a.w.nt > 0) {
+    if (cudaFuncSetAttribute(split_local_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
+        cudaSuccess)
+      return dk::launch_status();
+    split_local_kernel<VAR><<<dim3(static_cast<unsigned>(a.w.nt), static_cast<unsigned>(p.h_v)), 128, kLpSmem, s>>>(a);
+    if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
+  }
+  if ((VAR & 4) != 0) return DK_OK;
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v), static_cast<unsigned>(p.v_dim / kBV));
+  if constexpr ((VAR & 16) != 0) {
+    if (cudaFuncSetAttribute(split_wg_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
+        cudaSuccess)
+      return dk::launch_status();
+    split_wg_kernel<VAR><<<grid, kThreads, kWgSmem, s>>>(a);
+    if constexpr ((VAR & 2) != 0) split_wg_prof_print<<<1, 1, 0, s>>>();
+  } else {
+    if (cudaFuncSetAttribute(split_state_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSpSmem)) !=
+        cudaSuccess)
+      return dk::launch_status();
+    split_state_kernel<VAR><<<grid, kThreads, kSpSmem, s>>>(a);
+  }
   return dk::launch_status();
 }
 }  // namespace
@@ -847,5 +1869,54 @@ extern "C" dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedPara
     case 19: return launch<19>(grid, a, s);
     case 21: return launch<21>(grid, a, s);
     default: return DK_ERR_INVALID_ARGUMENT;  // variants 0, 1, 3, 5, 7, 9, 17, 19, 21 are instantiated
+  }
+}
+
+namespace {
+dk_status split_check(const DkGdrPrefillFusedParams* p) {
+  using namespace dk::gdr_fused;
+  if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
+  if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0 || p->k_dim * p->v_dim * 2 < int64_t(kStRest))
+    return DK_ERR_UNSUPPORTED;
+  if (p->variant < 0 || p->variant > 63) return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
+    return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
+  if (p->q % 16 || p->k % 16 || p->v % 16 || p->out % 16 || p->state % 16 || p->q_stride % 8 || p->k_stride % 8 ||
+      p->v_stride % 8)
+    return DK_ERR_INVALID_ARGUMENT;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return DK_ERR_CUDA;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) return DK_ERR_UNSUPPORTED;
+  return sm90a_image(dev);  // DK_ERR_NO_KERNEL_IMAGE without the sm_90a bodies
+}
+}  // namespace
+
+extern "C" dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams* p) { return split_check(p); }
+
+extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams* p, const DkGdrPrefillSplitWs* ws,
+                                                     dk_stream_t stream) {
+  using namespace dk::gdr_fused;
+  if (const dk_status st = split_check(p); st != DK_OK) return st;
+  if (ws == nullptr || ws->coff == 0 || ws->cseq == 0 || ws->img == 0 || ws->img % 128 || ws->nt < 0 ||
+      ws->nt > 0x7fffffffLL || (p->num_seqs > 0 && ws->nt < 1))
+    return DK_ERR_INVALID_ARGUMENT;
+  if (p->num_seqs == 0) return DK_OK;
+  SplitArgs a{*p, *ws};
+  auto* s = static_cast<cudaStream_t>(stream);
+  switch (p->variant) {
+    case 0: return launch_split<0>(a, s);
+    case 2: return launch_split<2>(a, s);
+    case 4: return launch_split<4>(a, s);
+    case 8: return launch_split<8>(a, s);
+    case 16: return launch_split<16>(a, s);
+    case 18: return launch_split<18>(a, s);
+    case 24: return launch_split<24>(a, s);
+    case 48: return launch_split<48>(a, s);
+    case 50: return launch_split<50>(a, s);
+    case 56: return launch_split<56>(a, s);
+    default: return DK_ERR_INVALID_ARGUMENT;  // variants 0, 2, 4, 8, 16, 18, 24, 48, 50, 56 are instantiated
   }
 }

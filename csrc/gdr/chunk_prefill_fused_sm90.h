@@ -29,6 +29,27 @@ typedef struct DkGdrPrefillFusedParams {
  * then runs the portable Triton pipeline. */
 dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedParams *p, dk_stream_t stream);
 
+/** Workspace regions of the split pipeline (DELTAKIT_GDR_PREFILL=split): coff i32 [N + 1] and cseq i32 [nt] as the
+ * Triton chunk_offsets / chunk_map kernels leave them (first chunk id of each sequence, clamped to nt; sequence of
+ * each chunk id, -1 = none), img: nt * H_v stage images of 26,880 bytes (128-byte aligned; the library passes its
+ * per-chunk state region, K V 2 >= 26,880 bytes per chunk and head for V >= 128). */
+typedef struct DkGdrPrefillSplitWs {
+  uint64_t coff, cseq, img;
+  int64_t nt;
+} DkGdrPrefillSplitWs;
+
+/** Every check dk_gdr_chunk_prefill_split_sm90 makes before it enqueues, without launching: DK_ERR_UNSUPPORTED off
+ * sm_90 or for K != 128 / V % 64 != 0 / V < 128, DK_ERR_NO_KERNEL_IMAGE without an sm_90a image. */
+dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p);
+
+/** The split pipeline's two CUDA launches on `stream` (after the caller's chunk_offsets / chunk_map): the local pass
+ * (grid (nt, H_v): one stage image per chunk and value head) and the state kernel (grid (N, H_v, V / 64)). Same
+ * arguments and results as dk_gdr_chunk_prefill_fused_sm90. variant bits: 2 = clock64 phase profile of the state
+ * warps (printed once per process), 4 = local pass only, 8 = state kernel only (timing splits; wrong results),
+ * 16 = the state kernel with every state-side product on wgmma (split_wg_kernel; 18 = 16 + 2, 24 = 16 + 8). */
+dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
+                                          dk_stream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

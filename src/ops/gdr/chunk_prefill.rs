@@ -3,16 +3,20 @@
 //! in-kernel q/k L2 norm and q scale, reading / writing the f32 state pool in place.
 //! CPU twins: `deltakit_ref::gdr::{chunk_prefill, recurrent_prefill, gating}`.
 //!
-//! One call enqueues seven kernels (see the kernel file's docstring): chunk offsets per sequence,
-//! the chunk -> sequence map (both computed on the device from `cu_seqlens`, so nothing depends on
-//! host copies of device data), three per-chunk WY passes (gating + `A = beta K K^T` decay; the
-//! unit-lower-triangular inverse `Tm = (I + A)^-1`; `W`, `U`), the sequential state pass (one
-//! program per sequence, value head and 32 value columns) and the output pass. Head dims below
-//! the tuned 64 (`K` in {16, 32}, `V` in {16, 32}) run the tuned tile shapes with the padding
-//! rows / columns masked (loaded as 0, never stored). `K = V = 128` has pipeline variants
-//! ([`pipeline_selected`], `DELTAKIT_GDR_PREFILL`): by default W is stored as bf16 hi / lo
-//! planes between the W/U and state passes and the W/U pass is split over grid z (W and U in
-//! separate programs); `f32w` runs the round-1 entries (same products throughout).
+//! On a compute-capability 9.0 device with an sm_90a build, `K = 128` and `V` a multiple of 64 and
+//! at least 128 run the split pipeline by default ([`PrefillPipeline::Split`]: the two Triton
+//! chunk-map launches, then a CUDA local pass and a CUDA wgmma state kernel that also writes the
+//! output). Elsewhere one call enqueues seven Triton kernels (see the kernel file's docstring):
+//! chunk offsets per sequence, the chunk -> sequence map (both computed on the device from
+//! `cu_seqlens`, so nothing depends on host copies of device data), three per-chunk WY passes
+//! (gating + `A = beta K K^T` decay; the unit-lower-triangular inverse `Tm = (I + A)^-1`; `W`,
+//! `U`), the sequential state pass (one program per sequence, value head and 32 value columns) and
+//! the output pass. Head dims below the tuned 64 (`K` in {16, 32}, `V` in {16, 32}) run the tuned
+//! tile shapes with the padding rows / columns masked (loaded as 0, never stored). The Triton
+//! `K = V = 128` path has pipeline variants ([`pipeline_selected`], `DELTAKIT_GDR_PREFILL`): by
+//! default W is stored as bf16 hi / lo planes between the W/U and state passes and the W/U pass is
+//! split over grid z (W and U in separate programs); `f32w` runs the round-1 entries (same
+//! products throughout).
 //! All scratch lives in the caller's workspace
 //! ([`workspace_bytes`]): the call allocates nothing and is CUDA-graph safe.
 
@@ -272,8 +276,10 @@ struct WsplitKernels {
     state_bv16: StateFn,
 }
 
-/// Which `K = V = 128` pipeline [`chunk_prefill`] runs ([`pipeline_selected`]); every other head
-/// dim pair always runs [`PrefillPipeline::F32W`].
+/// Which pipeline [`chunk_prefill`] runs ([`pipeline_selected`]). The CUDA pipelines
+/// ([`PrefillPipeline::Split`], [`PrefillPipeline::Fused`], [`PrefillPipeline::FusedV0`]) take
+/// `K = 128`, `V` a multiple of 64 (split: and at least 128) on sm_90a; the Triton variants apply
+/// to `K = V = 128`; every other head dim pair runs [`PrefillPipeline::F32W`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillPipeline {
     /// Round 1: f32 W and U between the W/U and state passes, one W/U program per (chunk, head)
@@ -318,16 +324,32 @@ pub enum PrefillPipeline {
     /// [`PrefillPipeline::Fused`], kernel variant 0 (each chunk's inputs loaded once its stage is
     /// free; `DELTAKIT_GDR_PREFILL=fused_v0`, for measurements).
     FusedV0,
+    /// The default (`DELTAKIT_GDR_PREFILL=split` or unset): the fused kernel's arithmetic in two
+    /// sm_90a launches (`csrc/gdr/chunk_prefill_fused_sm90.cu`). After the Triton chunk-offset /
+    /// chunk-map launches, a local pass (grid chunks x value heads, 3 CTAs per SM) computes each
+    /// chunk's gating, norms, `Q K^T`, `(I + A)^-1` and `Tb` once per head into the workspace's
+    /// per-chunk-state region (26,880 bytes per chunk and head), then the state kernel (grid
+    /// sequences x value heads x `V / 64`) runs only the state-dependent products on wgmma (A =
+    /// the state / corrections from registers, B = K / Q / `Tb` / `P` tiles from shared memory),
+    /// four warps copying each chunk's inputs and local results into a 3-stage ring. `K = 128`,
+    /// `V` a multiple of 64 and at least 128 on a compute-capability 9.0 device with an sm_90a
+    /// image; otherwise [`PrefillPipeline::WsplitSplitz`] (Triton), decided before anything is
+    /// enqueued. H200, 2026-12-01: every chunk-prefill GPU test and memcheck pass; 0.531 / 0.417 /
+    /// 2.455 / 3.514 ms at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (Triton 1.304 / 0.793 /
+    /// 7.202 / 7.612, FlashInfer 0.393 / 0.232 / 1.008 / 1.657).
+    Split,
 }
 
-/// The `K = V = 128` pipeline [`chunk_prefill`] runs, from `DELTAKIT_GDR_PREFILL` (read once per
-/// process): `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90`, `fused`, `fused_v0` select
-/// [`PrefillPipeline`]'s variants;
-/// unset or anything else runs the default ([`PrefillPipeline::WsplitSplitz`]). The Triton variants
-/// compute the same products (bit-identical outputs and states on an H200, 2026-12-01); they
-/// differ in launches and bytes. The fused kernel computes the same chunkwise form with its own
-/// product order and splits (same tolerances; `tools/dev_fused_plan.py`). H200, AOT cubins, 27B TP1 1 x 8192: f32w 1.480 ms, wsplit 1.415,
-/// splitz 1.370, wsplit_splitz 1.306 (TP2 0.879 / 0.855 / 0.823 / 0.804 ms).
+/// The pipeline [`chunk_prefill`] runs, from `DELTAKIT_GDR_PREFILL` (read once per process):
+/// `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90`, `fused`, `fused_v0`, `split` select
+/// [`PrefillPipeline`]'s variants; unset or anything else runs the default
+/// ([`PrefillPipeline::Split`], which falls back to [`PrefillPipeline::WsplitSplitz`] where it
+/// cannot run). The Triton variants compute the same products (bit-identical outputs and states
+/// on an H200, 2026-12-01); they differ in launches and bytes. The CUDA pipelines compute the
+/// same chunkwise form with their own product order and splits (same tolerances;
+/// `tools/dev_fused_plan.py`). H200, AOT cubins, 27B TP1 1 x 8192: f32w 1.480 ms, wsplit 1.415,
+/// splitz 1.370, wsplit_splitz 1.306 (TP2 0.879 / 0.855 / 0.823 / 0.804 ms); split 0.531 (TP2
+/// 0.417).
 #[must_use]
 pub fn pipeline_selected() -> PrefillPipeline {
     static CHOICE: std::sync::OnceLock<PrefillPipeline> = std::sync::OnceLock::new();
@@ -344,6 +366,7 @@ pub fn pipeline_selected() -> PrefillPipeline {
             "sm90" => PrefillPipeline::Sm90State,
             "fused" => PrefillPipeline::Fused,
             "fused_v0" => PrefillPipeline::FusedV0,
+            "split" => PrefillPipeline::Split,
             _ => DEFAULT_PIPELINE,
         }
     })
@@ -360,9 +383,29 @@ fn fused_variant_override() -> Option<i32> {
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_FUSED_VARIANT").ok()?.trim().parse().ok())
 }
 
+/// `DELTAKIT_GDR_SPLIT_VARIANT` (read once per process; measurements only): the split pipeline's
+/// kernel variant (`csrc/gdr/chunk_prefill_fused_sm90.h`: 0 = the mma.sync state kernel, 2 =
+/// clock64 phase profiles, 4 = local pass only, 8 = state kernel only (4 and 8 give wrong results
+/// and exist to time the two launches apart), 16 = the state kernel on wgmma, 32 = its loaders keep
+/// two chunks in flight; 18, 24, 48, 50, 56 combine them). Unset or unparsable:
+/// [`SPLIT_VARIANT`].
+fn split_variant_override() -> Option<i32> {
+    static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
+}
+
 /// The pipeline of [`pipeline_selected`] when `DELTAKIT_GDR_PREFILL` selects none: the fastest at
-/// every measured shape (27B TP1 / TP2 1 x 8192, 9B 8 x 8192; H200, 2026-12-01).
-const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
+/// every measured shape (27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536; H200, 2026-12-01).
+const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
+
+/// The Triton pipeline the sm_90a pipelines fall back to where their kernels cannot run (a device
+/// that is not compute capability 9.0, a build without an sm_90a image, unsupported head dims);
+/// the default before 2026-12-01's session 5.
+const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
+
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 16, the
+/// state kernel on wgmma.
+const SPLIT_VARIANT: i32 = 16;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
@@ -439,7 +482,27 @@ struct PrefillFusedParams {
     variant: i32,
 }
 
+/// `DkGdrPrefillSplitWs` of `csrc/gdr/chunk_prefill_fused_sm90.h`: the split pipeline's workspace
+/// regions (chunk offsets, chunk map, stage images) and the chunk capacity.
+#[repr(C)]
+struct PrefillSplitWs {
+    coff: u64,
+    cseq: u64,
+    img: u64,
+    nt: i64,
+}
+
 extern "C" {
+    /// `csrc/gdr/chunk_prefill_fused_sm90.cu`: every check of [`dk_gdr_chunk_prefill_split_sm90`]
+    /// without launching (`DK_ERR_UNSUPPORTED` off sm_90 or for `K != 128`, `V % 64 != 0`,
+    /// `V < 128`; `DK_ERR_NO_KERNEL_IMAGE` without an sm_90a image).
+    fn dk_gdr_chunk_prefill_split_sm90_check(p: *const PrefillFusedParams) -> ffi::dk_status;
+    /// `csrc/gdr/chunk_prefill_fused_sm90.cu`: the split pipeline's local pass and state kernel.
+    fn dk_gdr_chunk_prefill_split_sm90(
+        p: *const PrefillFusedParams,
+        ws: *const PrefillSplitWs,
+        stream: ffi::dk_stream_t,
+    ) -> ffi::dk_status;
     /// `csrc/gdr/chunk_prefill_fused_sm90.cu`: the whole prefill in one sm_90a kernel (`K = 128`,
     /// `V % 64 == 0`; `DK_ERR_UNSUPPORTED` with nothing enqueued otherwise or off sm_90).
     fn dk_gdr_chunk_prefill_fused_sm90(
@@ -800,47 +863,91 @@ pub fn chunk_prefill(
     let scale = opts.scale.unwrap_or_else(|| 1.0 / (kd as f32).sqrt());
     let ns64 = validate::i64_of(OP, "state", num_slots)?;
     let mut pipe = pipeline_selected();
+    let fused_prm = |variant: i32| PrefillFusedParams {
+        q: qp,
+        k: kp,
+        v: vp,
+        g: gp,
+        beta: bp,
+        a: ap,
+        b: bbp,
+        a_log: alp,
+        dt_bias: dtp,
+        cu_seqlens: cup,
+        slots: slp,
+        init: initp,
+        state: stp,
+        out: op,
+        num_tokens: t64,
+        num_seqs: n64,
+        num_slots: ns64,
+        h_k: h_k as i64,
+        h_v: h_v as i64,
+        k_dim: kd as i64,
+        v_dim: vd as i64,
+        q_stride: qs64,
+        k_stride: ks64,
+        v_stride: vs64,
+        ab_stride: abs64,
+        use_l2: l2,
+        init_mode,
+        fused,
+        scale,
+        variant,
+    };
+    if pipe == PrefillPipeline::Split {
+        let prm = fused_prm(split_variant_override().unwrap_or(SPLIT_VARIANT));
+        // SAFETY: a host-side check of the parameters and the device (no launch).
+        match unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const prm) } {
+            ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
+                pipe = TRITON_PIPELINE;
+            }
+            st => {
+                check(OP, st)?;
+                // The stage images live in the per-chunk-state region h (lay.nt x H_v x K x V
+                // bf16 >= 26,880 bytes per chunk and head for K = 128, V >= 128: checked above).
+                let sws = PrefillSplitWs { coff, cseq, img: h, nt: nt64 };
+                // SAFETY: as for the launches below (pointers live in the stream's context,
+                // lengths, strides and the workspace layout checked above); the local pass bounds
+                // chunk ids by nt and the state kernel clamps image indices to nt - 1.
+                unsafe {
+                    check(
+                        OP,
+                        ffi::dk_triton_gdr_chunk_offsets(s, 1, 1, 1, cup, coff, n64, t64, nt64),
+                    )?;
+                    check(
+                        OP,
+                        ffi::dk_triton_gdr_chunk_map(
+                            s,
+                            grid_map,
+                            1,
+                            1,
+                            coff,
+                            cseq,
+                            n64,
+                            nt64,
+                            search_iters,
+                        ),
+                    )?;
+                    return check(
+                        OP,
+                        dk_gdr_chunk_prefill_split_sm90(&raw const prm, &raw const sws, s),
+                    );
+                }
+            }
+        }
+    }
     if matches!(pipe, PrefillPipeline::Fused | PrefillPipeline::FusedV0) {
-        let prm = PrefillFusedParams {
-            q: qp,
-            k: kp,
-            v: vp,
-            g: gp,
-            beta: bp,
-            a: ap,
-            b: bbp,
-            a_log: alp,
-            dt_bias: dtp,
-            cu_seqlens: cup,
-            slots: slp,
-            init: initp,
-            state: stp,
-            out: op,
-            num_tokens: t64,
-            num_seqs: n64,
-            num_slots: ns64,
-            h_k: h_k as i64,
-            h_v: h_v as i64,
-            k_dim: kd as i64,
-            v_dim: vd as i64,
-            q_stride: qs64,
-            k_stride: ks64,
-            v_stride: vs64,
-            ab_stride: abs64,
-            use_l2: l2,
-            init_mode,
-            fused,
-            scale,
-            variant: fused_variant_override()
-                .unwrap_or_else(|| i32::from(pipe == PrefillPipeline::Fused)),
-        };
+        let prm = fused_prm(
+            fused_variant_override().unwrap_or_else(|| i32::from(pipe == PrefillPipeline::Fused)),
+        );
         // SAFETY: as for the launches below (pointers live in the stream's context, lengths and
         // strides checked above); the kernel clamps cu_seqlens and treats bad slots as padding.
         // DK_ERR_UNSUPPORTED (K != 128, V % 64 != 0, not sm_90) and DK_ERR_NO_KERNEL_IMAGE (a
         // build without an sm_90a image) enqueue nothing: the Triton pipeline runs instead.
         match unsafe { dk_gdr_chunk_prefill_fused_sm90(&raw const prm, s) } {
             ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
-                pipe = DEFAULT_PIPELINE;
+                pipe = TRITON_PIPELINE;
             }
             st => return check(OP, st),
         }
@@ -877,7 +984,7 @@ pub fn chunk_prefill(
         // dereferenced).
         match unsafe { dk_gdr_chunk_state_sm90_check(prm) } {
             ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
-                pipe = DEFAULT_PIPELINE;
+                pipe = TRITON_PIPELINE;
             }
             st => check(OP, st)?,
         }
