@@ -160,10 +160,10 @@ fn quick_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> f64 {
 }
 
 /// Bench names of the sm_90a prefill tile variants (`PrefillKernel::Sm90Variant`).
-const VARIANT_NAMES: [&str; 23] = [
+const VARIANT_NAMES: [&str; 25] = [
     "sm90v0", "sm90v1", "sm90v2", "sm90v3", "sm90v4", "sm90v5", "sm90v6", "sm90v7", "sm90v8",
     "sm90v9", "sm90v10", "sm90v11", "sm90v12", "sm90v13", "sm90v14", "sm90v15", "sm90v16",
-    "sm90v17", "sm90v18", "sm90v19", "sm90v20", "sm90v21", "sm90v22",
+    "sm90v17", "sm90v18", "sm90v19", "sm90v20", "sm90v21", "sm90v22", "sm90v23", "sm90v24",
 ];
 
 fn emit(group: &str, id: &str, kernel: &str, secs: f64, work: f64, unit: &str) {
@@ -219,13 +219,13 @@ fn quick() {
         let mut out = s.alloc_zeros::<bf16>(t * hq * 256).unwrap();
         let mut kernels = vec![(PrefillKernel::Auto, "sm90")];
         if !std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1") {
-            // Tile variants besides the default (Auto: 19): the split TMA producer variants 14,
-            // 15, 17-22 (session 4); 0-13 and 16 measured before (NOTES.md).
+            // Tile variants besides the default (Auto: 19): 19 itself and the persistent 23
+            // (session 5); 0-22 measured before (NOTES.md).
             // DELTAKIT_BENCH_PREFILL_VARIANTS=<comma list> replaces the list.
-            let list = std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS")
-                .unwrap_or_else(|_| "14,15,17,18,19,20,21,22".into());
+            let list =
+                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "19,23".into());
             for v in list.split(',').filter_map(|v| v.trim().parse::<u8>().ok()) {
-                kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 23]));
+                kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 25]));
             }
         }
         // Triton at 27B TP1 up to 8k (its 32k run alone would take seconds).
@@ -310,7 +310,8 @@ fn quick_decode(s: &Arc<CudaStream>) {
                 let s0 = attn::decode_splits(rows, dims, ctxlen);
                 let sl = attn::decode_splits_long_context(rows, dims, ctxlen);
                 let mut cands = vec![s0];
-                for m in [sl, s0 / 2, 2 * s0, 4 * s0] {
+                // (2, 4, 8: one / two CTAs per SM at 16 rows, and the cluster variants' range.)
+                for m in [sl, s0 / 2, 2 * s0, 4 * s0, 2, 4, 8] {
                     if (1..=ctxlen.div_ceil(64).min(1024)).contains(&m) && !cands.contains(&m) {
                         cands.push(m);
                     }
@@ -320,12 +321,18 @@ fn quick_decode(s: &Arc<CudaStream>) {
                     s.alloc_zeros::<f32>(attn::decode_workspace_len(rows, dims, most)).unwrap();
                 let mut out = s.alloc_zeros::<bf16>(rows * hq * 256).unwrap();
                 let bytes = (2 * rows * ctxlen * hkv * 256 * 2) as f64;
-                // DELTAKIT_BENCH_DECODE_VARIANTS=<max>: sm90 variants 0..=max (device triage).
-                let max_var = std::env::var("DELTAKIT_BENCH_DECODE_VARIANTS")
-                    .ok()
-                    .and_then(|v| v.parse::<u8>().ok())
-                    .unwrap_or(7);
-                let mut kernels: Vec<(DecodeKernel, String)> = (0..=max_var)
+                // DELTAKIT_BENCH_DECODE_VARIANTS=<max> (sm90 variants 0..=max, device triage) or
+                // a comma list; default: the cp.async tiles 0, 2, 3 and their cluster-combine
+                // twins 8, 10, 11 (the bulk-copy variants 4-7 measured slower in session 3).
+                let var_env = std::env::var("DELTAKIT_BENCH_DECODE_VARIANTS")
+                    .unwrap_or_else(|_| "0,2,3,8,10,11".into());
+                let vars: Vec<u8> = if var_env.contains(',') {
+                    var_env.split(',').filter_map(|v| v.trim().parse().ok()).collect()
+                } else {
+                    (0..=var_env.trim().parse::<u8>().unwrap_or(11)).collect()
+                };
+                let mut kernels: Vec<(DecodeKernel, String)> = vars
+                    .into_iter()
                     .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}")))
                     .collect();
                 kernels.push((DecodeKernel::Triton, "triton".into()));

@@ -374,7 +374,7 @@ fn check_prefill_case(
     // Every hd-256 tile variant of the sm90 kernel (at hd 64 / 128 they run the one config).
     let mut kernels = vec![PrefillKernel::Auto, PrefillKernel::Sm90PingPong, PrefillKernel::Triton];
     if hd == 256 {
-        kernels.extend((0..=22).map(PrefillKernel::Sm90Variant));
+        kernels.extend((0..=24).map(PrefillKernel::Sm90Variant));
     }
     // DELTAKIT_TEST_PREFILL_VARIANTS=7,10,11: the default kernel and these tile variants only
     // (the sanitizer runs of new variants).
@@ -708,12 +708,17 @@ fn check_decode_case(
     splits.extend_from_slice(extra_splits);
     splits.dedup();
     let mut kernels = vec![DecodeKernel::Auto];
-    // DELTAKIT_TEST_DECODE_VARIANTS=<max>: sm90 variants 0..=max only (device-run triage).
-    let max_var = std::env::var("DELTAKIT_TEST_DECODE_VARIANTS")
-        .ok()
-        .and_then(|v| v.parse::<u8>().ok())
-        .unwrap_or(7);
-    kernels.extend((0..=max_var).map(DecodeKernel::Sm90Variant));
+    // DELTAKIT_TEST_DECODE_VARIANTS=<max>: sm90 variants 0..=max only (device-run triage), or a
+    // comma list of variants (the sanitizer runs of new variants).
+    let var_env = std::env::var("DELTAKIT_TEST_DECODE_VARIANTS").unwrap_or_default();
+    if var_env.contains(',') {
+        kernels.extend(
+            var_env.split(',').filter_map(|v| v.trim().parse().ok()).map(DecodeKernel::Sm90Variant),
+        );
+    } else {
+        let max_var = var_env.trim().parse::<u8>().unwrap_or(11);
+        kernels.extend((0..=max_var).map(DecodeKernel::Sm90Variant));
+    }
     if t_new == 1 {
         kernels.push(DecodeKernel::Triton);
     }
@@ -904,7 +909,7 @@ fn attention_rejects_bad_metadata() {
     b.cu[1] = 4;
     let d = b.upload(&s);
     let e = attn::prefill_with(
-        PrefillKernel::Sm90Variant(23),
+        PrefillKernel::Sm90Variant(25),
         &s,
         &q,
         &kc,
@@ -939,7 +944,7 @@ fn decode_rejects_bad_arguments() {
     let q1 = s.clone_htod(&vec![bf16::ONE; 2 * 4 * 128]).unwrap();
     // A tile variant the sm90 decode kernel does not have.
     let e = attn::decode_with(
-        DecodeKernel::Sm90Variant(8),
+        DecodeKernel::Sm90Variant(12),
         &s,
         &q1,
         &kc,

@@ -50,7 +50,7 @@ export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin"
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 # Prefill tile variants under test this session (SAN_PREFILL_VARIANTS: the sanitizer list).
-NEW_VARIANTS="${NEW_VARIANTS:-17,18,19,20,21,22}"
+NEW_VARIANTS="${NEW_VARIANTS:-23,24}"
 if [[ " $steps " == *" triage "* ]]; then
   # The small prefill cases of every new variant together (~2 s); on a hang or failure, each
   # variant alone, and only the passing ones stay in the tests, sanitizers and bench.
@@ -66,8 +66,8 @@ if [[ " $steps " == *" triage "* ]]; then
     good="${good#,}"
     summary+=("triage: new variants together rc=$rc; passing alone: ${good:-none}")
     NEW_VARIANTS="$good"
-    export DELTAKIT_TEST_PREFILL_VARIANTS="$(seq -s, 0 16)${good:+,$good}"
-    export DELTAKIT_BENCH_PREFILL_VARIANTS="14,15${good:+,$good}"
+    export DELTAKIT_TEST_PREFILL_VARIANTS="19${good:+,$good}"
+    export DELTAKIT_BENCH_PREFILL_VARIANTS="19${good:+,$good}"
   else
     summary+=("triage: new variants $NEW_VARIANTS small cases rc=0")
   fi
@@ -123,6 +123,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
     for t in $san_tests; do
       t0=$(date +%s)
       DELTAKIT_TEST_PREFILL_VARIANTS="${SAN_PREFILL_VARIANTS:-$NEW_VARIANTS}" \
+        DELTAKIT_TEST_DECODE_VARIANTS="${SAN_DECODE_VARIANTS:-${DELTAKIT_TEST_DECODE_VARIANTS:-}}" \
         timeout "${SAN_TIMEOUT:-90}" compute-sanitizer \
         --tool "$tool" --error-exitcode 9 "$kit/attn_test" "$t" >>"$OUT/san.log" 2>&1
       rc=$?

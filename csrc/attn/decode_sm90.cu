@@ -61,18 +61,24 @@ namespace attn_dec {
 // mbarrier; rows padded to HD * 2 + 16 bytes (conflict-free ldmatrix without the XOR swizzle).
 // HD 256: 4 = 4 warps x 3 stages (211 KB); 5 = 2 x 3 (109 KB, 2 CTAs/SM); 6 = 2 x 2 (74 KB, 3
 // CTAs/SM); 7 = 1 x 6 (107 KB, 2 CTAs/SM). HD 128: 4 = 4 x 4; 5 = 2 x 6; 6 = 4 x 3; 7 = 2 x 4.
-constexpr int kVariants = 8;
+// Variants 8-11 (session 5, CLUSTER): the tiles of 0-3, but with 2..8 splits the splits of a
+// (row, kv head) form one thread-block cluster and combine their partial results through
+// distributed shared memory at the end (CTA k of the cluster writes the output rows' column
+// slice k): no f32 partials in the workspace and no merge launch. Other split counts run 0-3.
+constexpr int kVariants = 12;
+template <int VAR>
+constexpr bool kCluster = VAR >= 8;
 template <int HD, int VAR>
 struct Cfg;
 template <int VAR>
 struct Cfg<256, VAR> {
-  static constexpr bool BULK = VAR >= 4;
+  static constexpr bool BULK = VAR >= 4 && VAR < 8;
   static constexpr int WARPS = VAR == 7 ? 1 : ((VAR % 4 == 1 || VAR % 4 == 3 || VAR == 6) ? 2 : 4);
   static constexpr int STAGES = VAR == 7 ? 6 : ((VAR % 4 <= 1) ? 3 : 2);
 };
 template <int VAR>
 struct Cfg<128, VAR> {
-  static constexpr bool BULK = VAR >= 4;
+  static constexpr bool BULK = VAR >= 4 && VAR < 8;
   static constexpr int WARPS = (VAR % 4 == 1 || VAR % 4 == 3) ? 2 : 4;
   static constexpr int STAGES =
       VAR % 4 == 0 ? 4 : (VAR % 4 == 1 ? 6 : (VAR % 4 == 2 ? 3 : 4));
@@ -101,6 +107,8 @@ constexpr size_t smem_bytes() {
   constexpr size_t pipe = pipe_bytes<HD, VAR>();
   constexpr size_t comb = size_t(Cfg<HD, VAR>::WARPS) * 16 * (HD + 2) * 4;
   static_assert(comb <= pipe, "the combine buffer stays clear of the mbarriers");
+  // CLUSTER: the CTA's normalized rows [16][HD] f32 and their log-sum-exps [16] after it.
+  static_assert(!kCluster<VAR> || comb + 16 * (HD + 1) * 4 <= pipe, "cluster result buffer");
   return pipe + (Cfg<HD, VAR>::BULK ? 8 * Cfg<HD, VAR>::STAGES * Cfg<HD, VAR>::WARPS : 0);
 }
 static_assert(smem_bytes<256, 0>() <= 227 * 1024, "fits the opt-in shared memory");
@@ -245,6 +253,11 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   // The merge kernel (launched with programmatic stream serialization) may start its blocks once
   // every CTA of this grid is running; it waits for this grid's completion before reading.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // This grid may itself be launched as a programmatic dependent of the previous kernel on the
+  // stream (session 5, the one-CTA-per-SM tiles): its CTAs may then start while that kernel
+  // finishes; nothing global is read before that kernel completed and its writes are visible
+  // (without the launch attribute this wait returns at once).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   const int n = blockIdx.x;
   const int kvh = blockIdx.y;
@@ -357,19 +370,31 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     __syncthreads();
 #endif
   }
-  prefetch(lo);
+  // The page lookups of the first STAGES tiles all in flight together (one table latency before
+  // the first copies instead of one per prologue tile), then the copies of the first STAGES - 1.
+  int pf_pages[STAGES];
+  int pf_slots[STAGES];
+#pragma unroll
+  for (int st = 0; st < STAGES; ++st) {
+    prefetch(lo + st * BN);
+    pf_pages[st] = pf_page;
+    pf_slots[st] = pf_slot;
+  }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < ntiles) {
+      pf_page = pf_pages[st];
+      pf_slot = pf_slots[st];
       if constexpr (BULK) {
         issue_bulk(st);
       } else {
         issue(st);
       }
-      prefetch(lo + (st + 1) * BN);
     }
     if constexpr (!BULK) cp_async_commit();  // group 1 + st; empty groups keep the count uniform
   }
+  pf_page = pf_pages[STAGES - 1];  // the lookup of tile STAGES - 1, issued first in the loop
+  pf_slot = pf_slots[STAGES - 1];
   if constexpr (BULK) {
     cp_async_wait<0>();
   } else {
@@ -539,6 +564,10 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   }
   __syncthreads();
   const bool direct = a.splits == 1;
+  // CLUSTER (2..8 splits): this CTA's normalized rows and log-sum-exps stay in shared memory.
+  constexpr bool CL = kCluster<VAR>;
+  float* cres_o = red_m + WARPS * 16 * (HD + 2);  // [16][HD]
+  float* cres_lse = cres_o + 16 * HD;              // [16]
   for (int i = tid; i < rows_m * (HD / 4); i += NT) {
     const int r = i / (HD / 4);
     const int c4 = i % (HD / 4);
@@ -569,12 +598,79 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
       pk.x = pack_bf16(o.x, o.y);
       pk.y = pack_bf16(o.z, o.w);
       *reinterpret_cast<uint2*>(a.out + orow * HD + 4 * c4) = pk;
+    } else if (CL) {
+      *reinterpret_cast<float4*>(cres_o + r * HD + 4 * c4) = o;
+      if (c4 == 0) cres_lse[r] = tot > 0.f ? big + log2f(tot) : -INFINITY;
     } else {
       const int64_t part = orow * a.splits + split;
       *reinterpret_cast<float4*>(a.po + part * HD + 4 * c4) = o;
       if (c4 == 0) a.plse[part] = tot > 0.f ? big + log2f(tot) : -INFINITY;
     }
   }
+#if __CUDA_ARCH__ >= 900
+  if constexpr (CL) {
+    if (!direct) {
+      // The cluster's CTAs are the splits of this (row, kv head) (cluster dims 1 x 1 x splits):
+      // after a cluster barrier CTA k combines column slice k of every row from all of them
+      // through distributed shared memory (the merge kernel's math), then a second barrier keeps
+      // every CTA's buffers alive until the others finished reading them.
+      asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                       : "memory");
+      uint32_t rank;
+      asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+      const int S = a.splits;
+      const uint32_t lse_local = smem_u32(cres_lse);
+      const uint32_t o_local = smem_u32(cres_o);
+      auto remote = [](uint32_t addr, int cta) {
+        uint32_t r;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(cta));
+        return r;
+      };
+      for (int i = int(rank) * NT + tid; i < rows_m * (HD / 4); i += S * NT) {
+        const int r = i / (HD / 4);
+        const int c4 = i % (HD / 4);
+        float lse[8];
+        float big = -INFINITY;
+#pragma unroll
+        for (int sp = 0; sp < 8; ++sp) {
+          lse[sp] = -INFINITY;
+          if (sp < S) {
+            asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+                         : "=f"(lse[sp])
+                         : "r"(remote(lse_local + uint32_t(r) * 4u, sp))
+                         : "memory");
+          }
+          big = fmaxf(big, lse[sp]);
+        }
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        float wsum = 0.f;
+#pragma unroll
+        for (int sp = 0; sp < 8; ++sp) {
+          if (sp < S && lse[sp] != -INFINITY) {
+            const float wgt = exp2f(lse[sp] - big);
+            float4 x;
+            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
+                         : "r"(remote(o_local + uint32_t(r * HD + 4 * c4) * 4u, sp))
+                         : "memory");
+            acc.x += wgt * x.x;
+            acc.y += wgt * x.y;
+            acc.z += wgt * x.z;
+            acc.w += wgt * x.w;
+            wsum += wgt;
+          }
+        }
+        const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+        uint2 pk;
+        pk.x = pack_bf16(acc.x * inv, acc.y * inv);
+        pk.y = pack_bf16(acc.z * inv, acc.w * inv);
+        *reinterpret_cast<uint2*>(a.out + qrow(r) * HD + 4 * c4) = pk;
+      }
+      asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                       : "memory");
+    }
+  }
+#endif
 #endif  // DK_ATTN_DEC_BODY
 }
 
@@ -588,15 +684,49 @@ __global__ void __launch_bounds__(HD / 4) decode_merge_kernel(const float* __res
 #ifdef DK_ATTN_DEC_BODY
 #if __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent of decode_kernel: wait until it completed and its
-  // partials are visible.
+  // partials are visible. The next decode call (itself a programmatic dependent) may launch its
+  // CTAs as soon as every merge block runs; it waits for this grid's completion before reading.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   const int64_t row = blockIdx.x;  // (token, head)
   const float* lse = plse + row * splits;
-  float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, lse[s]);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
+  constexpr int kUpTo = 8;
+  if (splits <= kUpTo) {
+    // Every log-sum-exp and partial row loaded before any is used: one round trip, not two.
+    float l[kUpTo];
+    float4 x[kUpTo];
+    float big = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kUpTo; ++s) {
+      if (s < splits) {
+        l[s] = lse[s];
+        x[s] = *reinterpret_cast<const float4*>(po + (row * splits + s) * HD + 4 * threadIdx.x);
+        big = fmaxf(big, l[s]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kUpTo; ++s) {
+      if (s < splits && l[s] != -INFINITY) {
+        const float w = exp2f(l[s] - big);
+        acc.x += w * x[s].x;
+        acc.y += w * x[s].y;
+        acc.z += w * x[s].z;
+        acc.w += w * x[s].w;
+        wsum += w;
+      }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    uint2 pk;
+    pk.x = pack_bf16(acc.x * inv, acc.y * inv);
+    pk.y = pack_bf16(acc.z * inv, acc.w * inv);
+    *reinterpret_cast<uint2*>(out + row * HD + 4 * threadIdx.x) = pk;
+    return;
+  }
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, lse[s]);
   for (int s = 0; s < splits; ++s) {
     const float l = lse[s];
     if (l == -INFINITY) continue;
@@ -645,6 +775,10 @@ dk_status prepare(int dev) {
 
 template <int HD, int VAR>
 dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
+  if constexpr (kCluster<VAR>) {
+    // Clusters of at most 8 CTAs (the portable limit): more splits run the plain tiles.
+    if (p.num_splits > 8) return launch<HD, VAR - 8>(p, stream);
+  }
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     set_last_cuda_error(static_cast<int>(cudaGetLastError()));
@@ -671,11 +805,44 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   a.num_pages = int(p.num_pages);
   a.splits = int(p.num_splits);
   a.scale_log2 = p.scale * 1.4426950408889634f;
-  decode_kernel<HD, VAR><<<dim3(unsigned(p.num_rows), unsigned(p.n_kv_heads),
-                               unsigned(p.num_splits)),
-                          Cfg<HD, VAR>::WARPS * 32, smem_bytes<HD, VAR>(), stream>>>(a);
-  dk_status s = launch_status();
-  if (s != DK_OK || p.num_splits == 1) return s;
+  // Programmatic dependent of the previous kernel on the stream (its launch and CTA setup
+  // overlap that kernel's tail; the kernel waits in griddepcontrol.wait before reading) -- only
+  // for the tiles that fit one CTA per SM: with room for two or three, CTAs launched early sat
+  // next to the previous call's CTAs and the grid ended unevenly spread (H200, session 5:
+  // variant 3 at 256 CTAs 307 us instead of 245, back-to-back calls). For the CLUSTER variants
+  // with 2..8 splits, one cluster per (row, kv head).
+  constexpr bool kPdl = smem_bytes<HD, VAR>() > 114 * 1024;
+  const bool cluster = kCluster<VAR> && p.num_splits > 1;
+  {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(p.num_rows), unsigned(p.n_kv_heads), unsigned(p.num_splits));
+    cfg.blockDim = dim3(Cfg<HD, VAR>::WARPS * 32);
+    cfg.dynamicSmemBytes = smem_bytes<HD, VAR>();
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    unsigned na = 0;
+    if (kPdl) {
+      attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[na].val.programmaticStreamSerializationAllowed = 1;
+      ++na;
+    }
+    if (cluster) {
+      attr[na].id = cudaLaunchAttributeClusterDimension;
+      attr[na].val.clusterDim.x = 1;
+      attr[na].val.clusterDim.y = 1;
+      attr[na].val.clusterDim.z = unsigned(p.num_splits);
+      ++na;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = na;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, decode_kernel<HD, VAR>, a);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      set_last_cuda_error(static_cast<int>(e));
+      return DK_ERR_CUDA;
+    }
+  }
+  if (p.num_splits == 1 || cluster) return DK_OK;
   // Programmatic dependent launch: the merge grid's launch overlaps the tail of the split
   // kernel (it waits in griddepcontrol.wait); also inside CUDA graphs.
   cudaLaunchConfig_t cfg = {};
@@ -803,8 +970,16 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<128, 5>(*p, s);
         case 6:
           return d::launch<128, 6>(*p, s);
-        default:
+        case 7:
           return d::launch<128, 7>(*p, s);
+        case 8:
+          return d::launch<128, 8>(*p, s);
+        case 9:
+          return d::launch<128, 9>(*p, s);
+        case 10:
+          return d::launch<128, 10>(*p, s);
+        default:
+          return d::launch<128, 11>(*p, s);
       }
     case 256:
       switch (p->variant) {
@@ -822,8 +997,16 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<256, 5>(*p, s);
         case 6:
           return d::launch<256, 6>(*p, s);
-        default:
+        case 7:
           return d::launch<256, 7>(*p, s);
+        case 8:
+          return d::launch<256, 8>(*p, s);
+        case 9:
+          return d::launch<256, 9>(*p, s);
+        case 10:
+          return d::launch<256, 10>(*p, s);
+        default:
+          return d::launch<256, 11>(*p, s);
       }
     default:
       return DK_ERR_UNSUPPORTED;

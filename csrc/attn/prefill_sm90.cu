@@ -42,6 +42,7 @@
 #include <cuda.h>  // CUtensorMap and its enums (the encoder is fetched from the driver at run time)
 
 #include <atomic>
+#include <type_traits>
 
 #include "../common/launch.cuh"
 #include "sm90_wgmma.cuh"
@@ -99,8 +100,28 @@ constexpr int kBM = 128;
 //      (no longer read) half of the Q tile in shared memory, then stores them with coalesced
 //      16-byte stores (one 512-byte row per warp instruction) instead of 64 scattered 4-byte
 //      stores per thread; 21/22 STAGED in the kv-head-major order.
+//  23/24 (session 5): PERSISTENT -- variant 19's pipeline in prefill_persist_kernel: one CTA per
+//      SM (24: at most 8 CTAs, a test variant) walks the LPT block list, the K/V ring, its
+//      mbarrier phases and the ping-pong turns run on across blocks, and each producer pair loads
+//      the next block's Q half (prefetched into L2) as soon as its consumer warpgroup released it.
+//      H200: correct, but 7-10% slower than 19 at 8k/32k (its wgmma descriptors went through
+//      R2UR: the ring position in the stage index), equal on varlen.
+//  25-27 (NOT DISPATCHED, kept for the next attempt): 25 = 23 with PHANTOM stages (an odd
+//      block's producers publish one empty stage, so every block starts at stage 0) and the tile
+//      loop unrolled by two (compile-time stages); 26 = 25 with OVERLAP: the Q half released
+//      after the block's last QK^T (the V pair loads Q half 1 before its tiles), the next block's
+//      first QK^T issued before this block's output is written directly from registers; 27 = 26
+//      with at most 8 CTAs. History (H200, session 5): the first build had wgmma issued under
+//      `if (have)` branches (ptxas C7518: every wgmma serialized; 25 ran 27B TP1 2k in 183 us vs
+//      120) and 26 deadlocked (the V pair loaded Q half 1 after two V tiles whose stage needed
+//      warpgroup 1's first QK^T of the block); the rebuilt one has neither (small cases pass,
+//      incl. 27) but its K/V stage base is hoisted into a vector register again (55-75 R2UR per
+//      tile) and it spills 176-192 bytes: varlen 8 x 2048 25 376, 26 264 TFLOP/s (19: 426).
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-constexpr int kVariants = 23;
+// Dispatched: 0-24. The PHANTOM / OVERLAP configurations 25-27 (prefill_persist_kernel) are
+// kept for the next attempt but not instantiated: on an H200 (session 5) 25 / 26 ran 0.88x /
+// 0.62x variant 19 on varlen 8 x 2048 (see the variant list).
+constexpr int kVariants = 25;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -118,12 +139,24 @@ struct Cfg<256, VAR> {
   static constexpr bool ORDERED = (VAR >= 10 && VAR <= 15) || VAR >= 17;
   static constexpr bool SPLIT = (VAR >= 12 && VAR <= 15) || VAR >= 17;
   // Variants >= 10 carry their own schedule: 10-15 even = ping-pong, 17-22 odd = ping-pong.
-  static constexpr bool PP = VAR < 10 || VAR == 16 || (VAR <= 15 ? VAR % 2 == 0 : VAR % 2 == 1);
-  static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20;
+  static constexpr bool PP = VAR < 10 || VAR == 16 ||
+                            (VAR <= 15 ? VAR % 2 == 0 : (VAR >= 23 || VAR % 2 == 1));
+  static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20 || VAR >= 23;
   static constexpr bool STAGED = VAR >= 19;
+  // 23-27: the persistent kernel (prefill_persist_kernel); 25-27 with the PHANTOM ring
+  // alignment, 26/27 with the OVERLAP of a block's output with the next block's first QK^T;
+  // 24 and 27 at most 8 CTAs (test variants).
+  static constexpr bool PERSIST = VAR >= 23;
+  static constexpr bool PHANTOM = VAR >= 25;
+  static constexpr bool OVERLAP = VAR == 26 || VAR == 27;
+  static constexpr bool CAP8 = VAR == 24 || VAR == 27;
   // The same tiles in the kv-head-major order (LPT grids above 2^31 blocks; 10-13, 16 -> 7).
-  static constexpr int NO_LPT =
-      VAR == 14 ? 17 : VAR == 15 ? 18 : VAR == 19 ? 21 : VAR == 20 ? 22 : VAR >= 10 ? 7 : VAR;
+  static constexpr int NO_LPT = VAR == 14                ? 17
+                                : VAR == 15              ? 18
+                                : VAR == 19 || VAR >= 23 ? 21
+                                : VAR == 20              ? 22
+                                : VAR >= 10              ? 7
+                                                         : VAR;
 };
 template <int VAR>
 struct Cfg<128, VAR> {
@@ -140,6 +173,10 @@ struct Cfg<128, VAR> {
   static constexpr bool PP = true;
   static constexpr bool LPT = false;
   static constexpr bool STAGED = false;
+  static constexpr bool PERSIST = false;
+  static constexpr bool PHANTOM = false;
+  static constexpr bool OVERLAP = false;
+  static constexpr bool CAP8 = false;
   static constexpr int NO_LPT = VAR;
 };
 template <int VAR>
@@ -157,6 +194,10 @@ struct Cfg<64, VAR> {
   static constexpr bool PP = true;
   static constexpr bool LPT = false;
   static constexpr bool STAGED = false;
+  static constexpr bool PERSIST = false;
+  static constexpr bool PHANTOM = false;
+  static constexpr bool OVERLAP = false;
+  static constexpr bool CAP8 = false;
   static constexpr int NO_LPT = VAR;
 };
 
@@ -165,12 +206,14 @@ template <int HD, int VAR>
 constexpr size_t smem_bytes() {
   return size_t(kBM) * HD * 2 +
          size_t(Cfg<HD, VAR>::STAGES) * 2 * Cfg<HD, VAR>::BN * HD * 2 +
-         8 * (1 + 4 * Cfg<HD, VAR>::STAGES) + 1024 + (Cfg<HD, VAR>::ORDERED ? 16 + 4 * 256 : 0);
+         8 * (1 + 4 * Cfg<HD, VAR>::STAGES + (Cfg<HD, VAR>::PERSIST ? 3 : 0)) + 1024 +
+         (Cfg<HD, VAR>::ORDERED ? 16 + 4 * 256 : 0);
 }
 static_assert(smem_bytes<256, 1>() <= 227 * 1024, "BN 80 fits the 227 KB opt-in limit");
 static_assert(smem_bytes<256, 5>() == smem_bytes<256, 1>());
 static_assert(smem_bytes<256, 3>() <= 227 * 1024, "3 stages of BN 48 fit");
 static_assert(smem_bytes<256, 15>() <= 227 * 1024, "BN 80 + the order-point scratch fit");
+static_assert(smem_bytes<256, 23>() <= 227 * 1024, "+ the persistent kernel's Q barriers fit");
 
 struct Args {
   DkAttnPrefillSm90Params p;
@@ -180,6 +223,8 @@ struct Args {
   // (dims innermost first: HD, HKV, rows), box 64 x 1 x 16, 128B swizzle. Unused otherwise.
   CUtensorMap tmap_k;
   CUtensorMap tmap_v;
+  // Persistent variants (23, 24): row blocks in the LPT list (num_seqs * max_m_blocks * HKV).
+  uint32_t total_blocks;
 };
 
 #ifdef DK_ATTN_SM90A
@@ -975,21 +1020,938 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 #endif  // DK_ATTN_SM90A
 }
 
+// Persistent variants 23 / 24 (head dim 256): the tiles, producer, softmax, schedule and staged
+// output of variant 19, but min(blocks, SMs) CTAs (24: at most 8, a test variant that gives every
+// CTA many blocks) each walk the LPT block list in a snake order (CTA c takes entry k * P + c in
+// even rounds k, k * P + P - 1 - c in odd ones; P = gridDim.x), so the per-block costs of a
+// launched CTA (launch, barrier init, Q and first K/V tiles loaded before any GEMM, the output
+// written with nothing else in flight) overlap with the neighbouring blocks:
+// - the K/V stage ring and its mbarrier phases run on across blocks (global tile count), so the
+//   producer pairs load the next block's first tiles while the consumers finish the current one;
+// - the K pair loads Q half 0 (the 64 rows of consumer warpgroup 0) and the V pair Q half 1 after
+//   their block's first two tiles, once that warpgroup released the half (full_q / empty_q
+//   mbarriers: the half also stages the warpgroup's output rows); the K pair's warp 0 prefetches
+//   the block's Q rows into L2 (bulk prefetch per token) when it starts the block's tiles;
+// - the ping-pong turns run on across blocks (warpgroup 1 opens once, warpgroup 0 closes once).
+// Padding sequences' rows are zeroed by the consumers; empty entries are skipped by every role.
+#ifdef DK_ATTN_SM90A
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+#endif
+template <int VAR>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_persist_kernel(const __grid_constant__ Args a) {
+#ifdef DK_ATTN_SM90A
+  constexpr int HD = 256;
+  using C = Cfg<HD, VAR>;
+  constexpr int BN = C::BN;
+  constexpr int ST = C::STAGES;
+  static_assert(C::PERSIST && C::SPLIT && C::TMA && C::FAST && C::ORDERED && C::LATE_P &&
+                    C::STAGED && C::PP,
+                "the persistent kernel is variant 19's pipeline");
+  static_assert(128 * C::PROD_REGS + 256 * C::CONS_REGS <= 65536);
+  constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
+  const DkAttnPrefillSm90Params& p = a.p;
+  const int G = a.group;
+  const uint32_t NB = a.total_blocks;
+  const uint32_t NP = gridDim.x;
+  const uint32_t cta = blockIdx.x;
+  const uint32_t HKV = uint32_t(p.n_kv_heads);
+  const uint32_t NSEQ = uint32_t(p.num_seqs);
+  const int MMB = int(a.max_m_blocks);
+  const int T = int(p.num_tokens);  // the launcher keeps num_tokens * G below 2^31
+  const int64_t HQ = p.n_q_heads;
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  const int* ctxs = reinterpret_cast<const int*>(p.ctx_lens);
+  const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(p.q);
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  const int tid = threadIdx.x;
+
+  // Entry k of this CTA's walk: 0 past the end, 1 nothing to do, 2 padding rows, 3 a block.
+  int seq = 0, kvh = 0, m0 = 0, rows_total = 0, bos = 0, ctx = 0;
+  auto block_of = [&](uint32_t k) -> int {
+    const uint32_t base = k * NP;
+    if (base >= NB) return 0;
+    const uint32_t lin = base + ((k & 1u) ? NP - 1u - cta : cta);
+    if (lin >= NB) return 1;
+    const uint32_t rest = lin / HKV;
+    kvh = int(lin - rest * HKV);
+    seq = int(rest % NSEQ);
+    m0 = (MMB - 1 - int(rest / NSEQ)) * kBM;
+    // Loaded values broadcast from lane 0: warp-uniform for the compiler, so the block loop's
+    // branches and trip counts, and the loop counters and ring stages in them, stay in uniform
+    // registers (else every wgmma descriptor of the consumers goes through R2UR).
+    bos = __shfl_sync(0xffffffffu, min(max(cu[seq], 0), T), 0);
+    const int eos = __shfl_sync(0xffffffffu, min(max(cu[seq + 1], bos), T), 0);
+    rows_total = (eos - bos) * G;
+    if (m0 >= rows_total) return 1;
+    ctx = __shfl_sync(0xffffffffu, ctxs[seq], 0);
+    return ctx < 0 ? 2 : 3;
+  };
+  // Element offset of packed row (token tok, head hh of the group) in q / out.
+  auto qo_off = [&](int tok, int hh) -> int64_t {
+    return ((int64_t(bos) + tok) * HQ + int64_t(kvh) * G + hh) * HD;
+  };
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = base;
+  const uint32_t sKV = sQ + uint32_t(kBM) * HD * 2;  // stage s: K at +2s TILE, V at +(2s+1) TILE
+  const uint32_t bars = sKV + 2 * ST * TILE;
+  auto full_k = [&](int s) { return bars + 8u * uint32_t(s); };
+  auto full_v = [&](int s) { return bars + 8u * uint32_t(ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * uint32_t(2 * ST + s); };
+  auto empty_v = [&](int s) { return bars + 8u * uint32_t(3 * ST + s); };
+  auto full_q = [&](int h) { return bars + 8u * uint32_t(4 * ST + h); };
+  auto empty_q = [&](int h) { return bars + 8u * uint32_t(4 * ST + 2 + h); };
+  if (tid == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full_k(s), 64);
+      mbar_init(full_v(s), 64);
+      mbar_init(empty_k(s), 256);
+      mbar_init(empty_v(s), 256);
+    }
+    for (int h = 0; h < 2; ++h) {
+      mbar_init(full_q(h), 64);    // the loading pair's cp.async arrivals
+      mbar_init(empty_q(h), 128);  // the warpgroup's threads, after their output reads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ---------------- producer warpgroup: K pair (warps 0-1), V pair (warps 2-3) ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::PROD_REGS));
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    const int kv = warp >> 1;  // 0: K tiles and Q half 0; 1: V tiles and Q half 1
+    const int wig = warp & 1;
+    const __nv_bfloat16* cache =
+        reinterpret_cast<const __nv_bfloat16*>(kv == 0 ? p.k_cache : p.v_cache);
+    const CUtensorMap* map = kv == 0 ? &a.tmap_k : &a.tmap_v;
+    const int ps = int(p.page_size);
+    const int hkv = int(p.n_kv_heads);
+    const int num_pages = int(min(p.num_pages, int64_t(0x7fffffff)));
+    const int oob_row = int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));
+    const uint32_t cw = uint32_t(lane % 8);
+    const uint32_t cbk = uint32_t(lane / 8) * uint32_t(BN * 128);   // column block in a K/V tile
+    const uint32_t cbq = uint32_t(lane / 8) * uint32_t(kBM * 128);  // column block in the Q tile
+    uint32_t gt = 0;  // tiles of earlier blocks (the ring position)
+    uint32_t nq = 0;  // blocks so far (the Q barriers' phase)
+#pragma unroll 1
+    for (uint32_t k = 0;; ++k) {
+      const int kind = block_of(k);
+      if (kind == 0) break;
+      if (kind != 3) continue;
+      const int tok_lo = m0 / G;
+      const int tok_hi = min(m0 + kBM - 1, rows_total - 1) / G;
+      const int kv_end = ctx + tok_hi + 1;
+      const int n_tiles = (kv_end + BN - 1) / BN;
+      const int* table = reinterpret_cast<const int*>(p.page_table) + int64_t(seq) * p.max_pages;
+      if (warp == 0) {
+        // The block's Q rows into L2 (one contiguous run of G heads per token), so the Q load
+        // below reads L2 when the warpgroup releases its half.
+        for (int t = tok_lo + lane; t <= tok_hi; t += 32) prefetch_l2(q + qo_off(t, 0), G * HD * 2);
+      }
+      auto off_of = [&](int j, int pass) -> int64_t {
+        if (pass >= BN / 2) return -1;
+        const int pos = j * BN + pass * 2 + wig;
+        if (pos >= kv_end) return -1;
+        const int page = __ldg(table + pos / ps);
+        if (page < 0 || page >= num_pages) return -1;
+        return ((int64_t(page) * ps + pos % ps) * hkv + kvh) * HD;
+      };
+      auto crow_of = [&](int j) -> int {  // cache row of 16-position group `lane` of full tile j
+        if (lane >= BN / 16 || (j + 1) * BN > kv_end) return 0;
+        const int pos = j * BN + 16 * lane;
+        const int page = __ldg(table + pos / ps);
+        return (page >= 0 && page < num_pages) ? page * ps + pos % ps : oob_row;  // OOB: zeros
+      };
+      // Q half `kv` (rows 64 kv .. 64 kv + 63 of the block): one 512-byte row per warp and pass
+      // (lane = 16-byte chunk), rows 2 pass + wig; (token, head) stepped, not divided, per row.
+      auto load_q = [&]() {
+        if (nq > 0) mbar_wait(empty_q(kv), (nq - 1u) & 1u);
+        int vr = m0 + kv * 64 + wig;
+        int tok = vr / G;
+        int hh = vr - tok * G;
+#pragma unroll 1
+        for (int pass = 0; pass < 32; ++pass) {
+          const int rr = kv * 64 + 2 * pass + wig;
+          const bool ok = vr < rows_total;
+          const __nv_bfloat16* src = ok ? q + qo_off(tok, hh) + lane * 8 : q;
+          cp_async_16(sQ + cbq + uint32_t(rr) * 128u + ((cw ^ uint32_t(rr & 7)) << 4), src,
+                      ok ? 16u : 0u);
+          vr += 2;
+          hh += 2;
+          while (hh >= G) {
+            hh -= G;
+            ++tok;
+          }
+        }
+        cp_async_arrive(full_q(kv));
+      };
+      // OVERLAP: the V pair loads Q half 1 before the block's V tiles (warpgroup 1 issues the
+      // block's first QK^T before it releases the previous block's last V stage).
+      const int qat = (C::OVERLAP && kv == 1) ? 0 : min(ST, n_tiles);
+      int crow = crow_of(0);
+#pragma unroll 1
+      for (int j = 0; j < n_tiles; ++j) {
+        if (j == qat) load_q();
+        const uint32_t g = gt + uint32_t(j);
+        // PHANTOM: every block starts at an even ring position (stage j & 1).
+        const int s = C::PHANTOM ? (j & 1) : int(g % ST);
+        const uint32_t fb = kv == 0 ? full_k(s) : full_v(s);
+        if (g >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), ((g / ST) - 1u) & 1u);
+        if ((j + 1) * BN <= kv_end) {
+          // Full tile: TMA (lanes 0..BN/16-1 of the pair's first warp, lane 0 announces the
+          // bytes); the other 63 threads of the pair arrive.
+          if (wig == 0 && lane == 0) {
+            mbar_arrive_expect_tx(fb, TILE);
+          } else {
+            mbar_arrive(fb);
+          }
+          if (wig == 0) {
+            __syncwarp();
+            if (lane < BN / 16) {
+              const uint32_t tile =
+                  sKV + uint32_t(2 * s + kv) * TILE + uint32_t(lane) * (16u * 128u);
+#pragma unroll
+              for (int cblk = 0; cblk < HD / 64; ++cblk) {
+                tma_load_3d(tile + uint32_t(cblk * BN * 128), map, cblk * 64, kvh, crow, fb);
+              }
+            }
+          }
+        } else {
+          // The partial last tile: cp.async, zeros past the causal end.
+          const int64_t oa = off_of(j, lane);
+          const int64_t ob = off_of(j, lane + 32);
+          const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cbk;
+#pragma unroll 1
+          for (int pass = 0; pass < BN / 2; ++pass) {
+            const int64_t o = __shfl_sync(0xffffffffu, pass < 32 ? oa : ob, pass & 31);
+            const int r = pass * 2 + wig;
+            const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+            cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + lane * 8) : cache,
+                        o >= 0 ? 16u : 0u);
+          }
+          cp_async_arrive(fb);
+        }
+        if (j + 1 < n_tiles) crow = crow_of(j + 1);
+      }
+      if constexpr (C::PHANTOM) {
+        // An odd block publishes one empty stage (no data) so the next block starts at an even
+        // ring position: the consumers' stage index is then the tile index's parity, a uniform
+        // value (with the ring position in it, their wgmma descriptors went through R2UR:
+        // ~108 more instructions per iteration and 7-10% slower at 8k/32k, variant 23).
+        // Before load_q: the phantom never waits for a Q release.
+        if (n_tiles & 1) {
+          const uint32_t g = gt + uint32_t(n_tiles);
+          if (g >= ST) mbar_wait(kv == 0 ? empty_k(1) : empty_v(1), ((g / ST) - 1u) & 1u);
+          mbar_arrive(kv == 0 ? full_k(1) : full_v(1));
+        }
+      }
+      if (qat == n_tiles) load_q();
+      gt += uint32_t(n_tiles) + (C::PHANTOM ? uint32_t(n_tiles & 1) : 0u);
+      ++nq;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::CONS_REGS));
+  const int ct = tid - 128;
+  const int w = ct / 128;
+  const int lane = tid % 32;
+  const int warp = (ct % 128) / 32;
+  const int r_lo = w * 64 + warp * 16 + lane / 4;  // this thread's rows: r_lo and r_lo + 8
+  const float cl2 = p.scale * 1.4426950408889634f;
+  constexpr int NS = BN / 2;  // score accumulators per thread
+  constexpr int NO = HD / 2;  // output accumulators per thread
+  const uint64_t dq = make_desc(sQ + uint32_t(w) * 64 * 128, 16, 1024);
+  // The order point's scratch word, rebuilt from the Q descriptor's address (live anyway) where
+  // it is used: kept in a register through the block loop it was spilled.
+  constexpr uint32_t kScratchOff =
+      (uint32_t(kBM) * HD * 2 + 2 * ST * TILE + 8u * uint32_t(4 * ST + 4) + 15u) & ~15u;
+  auto my_scratch = [&]() {
+    return (uint32_t(dq & 0x3FFFu) << 4) - uint32_t(w) * (64u * 128u) + kScratchOff +
+           uint32_t(ct) * 4u;
+  };
+  auto turn_wait = [&]() {
+    if (w == 0) {
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    } else {
+      asm volatile("bar.sync 2, 256;\n" ::: "memory");
+    }
+  };
+  auto turn_pass = [&]() {
+    if (w == 0) {
+      asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    } else {
+      asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    }
+  };
+  // Padding sequence: zero the block's output rows (a fixed trip count, stores predicated).
+  auto zero_rows = [&]() {
+    const int total = min(kBM, rows_total - m0) * (HD / 8);
+#pragma unroll 1
+    for (int i0 = 0; i0 < kBM * (HD / 8); i0 += 256) {
+      const int i = i0 + ct;
+      const int vr = m0 + i / (HD / 8);
+      const int tok = int(uint32_t(vr) / uint32_t(G));
+      if (i < total) {
+        *reinterpret_cast<uint4*>(out + qo_off(tok, vr - tok * G) + (i % (HD / 8)) * 8) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  // PHANTOM: the empty stage an odd block's producer pairs publish (tile g, stage 1): waited for
+  // and handed back like a consumed tile.
+  auto phantom = [&](uint32_t g) {
+    mbar_wait(full_k(1), (g / ST) & 1u);
+    mbar_wait(full_v(1), (g / ST) & 1u);
+    mbar_arrive(empty_k(1));
+    mbar_arrive(empty_v(1));
+  };
+  // Warpgroup 1 opens warpgroup 0's first turn once; every block then hands the turn over after
+  // each issue (also the last), and warpgroup 0 takes the one left over at the end.
+  if (w == 1) turn_pass();
+  if constexpr (C::PHANTOM) {
+    // ---- variants 25-27: PHANTOM ring (every block starts at stage 0), the tile loop unrolled
+    // by two so each half's stages are compile-time constants (uniform wgmma descriptors: with
+    // the ring position or a vector loop counter in them, 23 issued every descriptor through
+    // R2UR), OVERLAP (26/27): the Q half is released after the block's last QK^T, the next
+    // block's first QK^T is issued before this block's output is written (direct stores).
+    constexpr bool OV = C::OVERLAP;
+    using I0 = std::integral_constant<int, 0>;
+    using I1 = std::integral_constant<int, 1>;
+    struct Blk {
+      int kv_end, n_tiles, n_full, qpos0, qpos1, m0, rows_total, bos, kvh;
+    };
+    auto make_blk = [&]() {  // from block_of's variables
+      Blk b;
+      const int tok_lo = m0 / G;
+      const int tok_hi = min(m0 + kBM - 1, rows_total - 1) / G;
+      b.kv_end = ctx + tok_hi + 1;
+      b.n_tiles = (b.kv_end + BN - 1) / BN;
+      b.n_full = (ctx + tok_lo + 1) / BN;
+      const int vr0 = m0 + r_lo;
+      b.qpos0 = ctx + min(vr0, rows_total - 1) / G;
+      b.qpos1 = ctx + min(vr0 + 8, rows_total - 1) / G;
+      b.m0 = m0;
+      b.rows_total = rows_total;
+      b.bos = bos;
+      b.kvh = kvh;
+      return b;
+    };
+    uint32_t k = 0;
+    auto advance = [&]() -> bool {  // the next block of this CTA (zeroing padding rows)
+#pragma unroll 1
+      for (;; ++k) {
+        const int kind = block_of(k);
+        if (kind == 0) return false;
+        if (kind == 2) zero_rows();
+        if (kind == 3) {
+          ++k;
+          return true;
+        }
+      }
+    };
+    auto kv_base = [&]() {
+      return ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
+    };
+    auto par = [&](uint32_t gt, int j) { return ((gt >> 1) + uint32_t(j >> 1)) & 1u; };
+    float o[NO];
+    float s[NS];
+    uint32_t pa[NS / 2];
+    float m_0, m_1, l_0, l_1, pal0, pal1;
+    auto reset = [&]() {
+#pragma unroll
+      for (int i = 0; i < NO; ++i) o[i] = 0.f;
+      m_0 = -INFINITY;
+      m_1 = -INFINITY;
+      l_0 = 0.f;
+      l_1 = 0.f;
+      pal0 = 1.f;
+      pal1 = 1.f;
+    };
+    auto issue_qk = [&](auto stc, const Blk& b, uint32_t gt, int j) {
+      constexpr int S = decltype(stc)::value;
+      mbar_wait(full_k(S), par(gt, j));
+      if ((j + 1) * BN > b.kv_end) fence_proxy_async();  // cp.async (partial) tile
+      const uint64_t dk = make_desc(kv_base() + uint32_t(2 * S) * TILE, 16, 1024);
+      uint64_t dqv = dq;
+      asm volatile("" : "+l"(dqv));
+      wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < HD / 16; ++kc) {
+        const uint64_t oq = uint64_t(((kc / 4) * kBM * 128 + (kc % 4) * 32) >> 4);
+        const uint64_t ok = uint64_t(((kc / 4) * BN * 128 + (kc % 4) * 32) >> 4);
+        if (kc == 0) {
+          qk_gemm<NS>(s, dqv + oq, dk + ok);
+        } else {
+          qk_gemm_acc<NS>(s, dqv + oq, dk + ok);
+        }
+      }
+      wgmma_commit();
+    };
+    auto issue_pv = [&](auto stc, const Blk& b, uint32_t gt, int j) {
+      constexpr int S = decltype(stc)::value;
+      mbar_wait(full_v(S), par(gt, j));
+      if ((j + 1) * BN > b.kv_end) fence_proxy_async();
+      const uint64_t dv = make_desc(kv_base() + uint32_t(2 * S + 1) * TILE, BN * 128, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+    };
+    auto softmax = [&](const Blk& b, int j, float& mn0, float& mn1, float& ls0, float& ls1) {
+      const bool masked = j >= b.n_full;
+      const int col0 = j * BN + 2 * (lane % 4);
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[4 * i + e];
+          if (masked) {
+            const int pos = col0 + 8 * i + (e & 1);
+            if (pos > (e < 2 ? b.qpos0 : b.qpos1)) x = -INFINITY;
+          }
+          s[4 * i + e] = x;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      mx0 = fmaxf(mn0, mx0 * cl2);
+      mx1 = fmaxf(mn1, mx1 * cl2);
+      mn0 = mx0;
+      mn1 = mx1;
+      float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+        const float p0 = fast_exp2(fmaf(s[4 * i], cl2, -mx0));
+        const float p1 = fast_exp2(fmaf(s[4 * i + 1], cl2, -mx0));
+        const float p2 = fast_exp2(fmaf(s[4 * i + 2], cl2, -mx1));
+        const float p3 = fast_exp2(fmaf(s[4 * i + 3], cl2, -mx1));
+        a0 += p0 + p1;
+        a1 += p2 + p3;
+        s[4 * i] = p0;
+        s[4 * i + 1] = p1;
+        s[4 * i + 2] = p2;
+        s[4 * i + 3] = p3;
+      }
+      ls0 = a0;
+      ls1 = a1;
+    };
+    auto take_p = [&]() {
+#pragma unroll
+      for (int i = 0; i < NS / 2; ++i) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    };
+    auto rescale_o = [&](float x0, float x1) {
+      if (__any_sync(0xffffffffu, x0 != 1.f || x1 != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < NO / 4; ++i) {
+          o[4 * i] *= x0;
+          o[4 * i + 1] *= x0;
+          o[4 * i + 2] *= x1;
+          o[4 * i + 3] *= x1;
+        }
+      }
+    };
+    // Tile step j (QK^T of j + 1 in stage SQ, PV of j in stage SP = 1 - SQ).
+    auto step = [&](auto sq, auto sp, const Blk& b, uint32_t gt, int j) {
+      turn_wait();
+      issue_qk(sq, b, gt, j + 1);
+      rescale_o(pal0, pal1);
+      issue_pv(sp, b, gt, j);
+      turn_pass();
+      float mn0 = m_0, mn1 = m_1, ls0, ls1;
+      wgmma_wait<1>();
+      fence_regs(s);
+      mbar_arrive(empty_k(decltype(sq)::value));
+      if (OV && j + 2 == b.n_tiles) mbar_arrive(empty_q(w));  // its last QK^T: Q half free
+      softmax(b, j + 1, mn0, mn1, ls0, ls1);
+      pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
+      pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
+      l_0 = l_0 * pal0 + ls0;
+      l_1 = l_1 * pal1 + ls1;
+      m_0 = mn0;
+      m_1 = mn1;
+      // Order point (ORDERED): keeps the exponentials above the PV wait.
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(my_scratch()), "f"(l_0 + l_1) : "memory");
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+      mbar_arrive(empty_v(decltype(sp)::value));
+      take_p();
+    };
+    auto norms = [&](float& inv0, float& inv1) {
+      float a0 = l_0, a1 = l_1;
+      a0 += __shfl_xor_sync(0xffffffffu, a0, 1);
+      a0 += __shfl_xor_sync(0xffffffffu, a0, 2);
+      a1 += __shfl_xor_sync(0xffffffffu, a1, 1);
+      a1 += __shfl_xor_sync(0xffffffffu, a1, 2);
+      inv0 = a0 > 0.f ? 1.f / a0 : 0.f;
+      inv1 = a1 > 0.f ? 1.f / a1 : 0.f;
+    };
+    auto row_ptr = [&](const Blk& b, int vr) {
+      const int tok = int(uint32_t(vr) / uint32_t(G));
+      return out + ((int64_t(b.bos) + tok) * HQ + int64_t(b.kvh) * G + (vr - tok * G)) * HD;
+    };
+    // STAGED output (25) through this warpgroup's Q half, as 19; then the half is released.
+    auto out_staged = [&](const Blk& b) {
+      float inv0, inv1;
+      norms(inv0, inv1);
+      const int cq = 2 * (lane % 4);
+      const int rr0 = warp * 16 + lane / 4;
+      const uint32_t wq = uint32_t(dq & 0x3FFFu) << 4;
+#pragma unroll
+      for (int i = 0; i < NO / 4; ++i) {
+        const int col = 8 * i + cq;
+        const uint32_t blk = wq + uint32_t(col / 64) * uint32_t(kBM * 128);
+        const uint32_t ch = uint32_t((col % 64) / 8);
+        const uint32_t in16 = uint32_t(col % 8) * 2u;
+        const uint32_t a0 = blk + uint32_t(rr0) * 128u + ((ch ^ uint32_t(rr0 & 7)) << 4) + in16;
+        const uint32_t a1 =
+            blk + uint32_t(rr0 + 8) * 128u + ((ch ^ uint32_t((rr0 + 8) & 7)) << 4) + in16;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0),
+                     "r"(pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0)));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1),
+                     "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)));
+      }
+      if (w == 0) {
+        asm volatile("bar.sync 3, 128;\n" ::: "memory");
+      } else {
+        asm volatile("bar.sync 4, 128;\n" ::: "memory");
+      }
+      const int t = ct % 128;
+      const int c = t % 32;
+#pragma unroll 4
+      for (int i = 0; i < 16; ++i) {
+        const int rr = t / 32 + 4 * i;
+        const int vr = b.m0 + w * 64 + rr;
+        const uint32_t src = wq + uint32_t(c / 8) * uint32_t(kBM * 128) + uint32_t(rr) * 128u +
+                             ((uint32_t(c % 8) ^ uint32_t(rr & 7)) << 4);
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(src)
+                     : "memory");
+        if (vr < b.rows_total) *reinterpret_cast<uint4*>(row_ptr(b, vr) + c * 8) = v;
+      }
+      mbar_arrive(empty_q(w));
+    };
+    // Direct output (26/27): each thread's two rows as 4-byte stores from the registers.
+    auto out_direct = [&](const Blk& b) {
+      float inv0, inv1;
+      norms(inv0, inv1);
+      const int cq = 2 * (lane % 4);
+      const int vr0 = b.m0 + r_lo;
+      if (vr0 < b.rows_total) {
+        __nv_bfloat16* dst = row_ptr(b, vr0) + cq;
+#pragma unroll
+        for (int i = 0; i < NO / 4; ++i) {
+          *reinterpret_cast<uint32_t*>(dst + 8 * i) =
+              pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+        }
+      }
+      if (vr0 + 8 < b.rows_total) {
+        __nv_bfloat16* dst = row_ptr(b, vr0 + 8) + cq;
+#pragma unroll
+        for (int i = 0; i < NO / 4; ++i) {
+          *reinterpret_cast<uint32_t*>(dst + 8 * i) =
+              pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+        }
+      }
+    };
+
+    // Issue / wait structure: at every control-flow merge the same wgmma groups are in flight on
+    // every path (else ptxas serializes all wgmma: C7518, 25 / 26 first version).
+    // The last PV product of a block with a runtime stage (once per block; vector descriptor).
+    auto issue_pv_last = [&](const Blk& b, uint32_t gt, int j) {
+      const int st = j & 1;
+      mbar_wait(full_v(st), par(gt, j));
+      if ((j + 1) * BN > b.kv_end) fence_proxy_async();
+      const uint64_t dv = make_desc(kv_base() + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+    };
+    // The block's tiles after its first QK^T completed: softmax(0), the steps, the last PV issue
+    // (in flight on return), the phantom of an odd block.
+    auto run_block = [&](const Blk& b, uint32_t gt) {
+      mbar_arrive(empty_k(0));
+      if (OV && b.n_tiles == 1) mbar_arrive(empty_q(w));
+      {
+        float mn0 = m_0, mn1 = m_1, ls0, ls1;
+        softmax(b, 0, mn0, mn1, ls0, ls1);
+        m_0 = mn0;
+        m_1 = mn1;
+        l_0 = ls0;
+        l_1 = ls1;
+        take_p();
+      }
+#pragma unroll 1
+      for (int j = 0; j + 1 < b.n_tiles; j += 2) {
+        step(I1{}, I0{}, b, gt, j);
+        if (j + 2 < b.n_tiles) step(I0{}, I1{}, b, gt, j + 1);
+      }
+      const int n = b.n_tiles;
+      turn_wait();
+      rescale_o(pal0, pal1);
+      if ((n - 1) & 1) {
+        issue_pv(I1{}, b, gt, n - 1);
+      } else {
+        issue_pv(I0{}, b, gt, n - 1);
+      }
+      turn_pass();
+      if (n & 1) phantom(gt + uint32_t(n));
+    };
+    uint32_t gt = 0;  // ring position of the block's tile 0 (even)
+    uint32_t nq = 0;  // blocks so far (the Q barriers' phase)
+    if constexpr (OV) {
+      if (advance()) {
+        Blk b = make_blk();
+        reset();
+        mbar_wait(full_q(w), 0u);
+        fence_proxy_async();
+        turn_wait();
+        issue_qk(I0{}, b, gt, 0);
+        turn_pass();
+#pragma unroll 1
+        for (;;) {
+          // In flight here: the block's first QK^T (stage 0).
+          wgmma_wait<0>();
+          fence_regs(s);
+          run_block(b, gt);
+          // In flight: the block's last PV product.
+          const int n = b.n_tiles;
+          const uint32_t gt_next = gt + uint32_t(n) + uint32_t(n & 1);
+          if (!advance()) {
+            wgmma_wait<0>();
+            fence_regs(o);
+            mbar_arrive(empty_v((n - 1) & 1));
+            out_direct(b);
+            break;
+          }
+          const Blk nb = make_blk();
+          mbar_wait(full_q(w), (nq + 1u) & 1u);
+          fence_proxy_async();
+          turn_wait();
+          issue_qk(I0{}, nb, gt_next, 0);
+          turn_pass();
+          wgmma_wait<1>();  // the last PV product of this block
+          fence_regs(o);
+          mbar_arrive(empty_v((n - 1) & 1));
+          out_direct(b);  // under the next block's first QK^T
+          b = nb;
+          reset();
+          gt = gt_next;
+          ++nq;
+        }
+      }
+    } else {
+      bool have = advance();
+#pragma unroll 1
+      while (have) {
+        const Blk b = make_blk();
+        reset();
+        mbar_wait(full_q(w), nq & 1u);
+        fence_proxy_async();
+        turn_wait();
+        issue_qk(I0{}, b, gt, 0);
+        turn_pass();
+        wgmma_wait<0>();
+        fence_regs(s);
+        run_block(b, gt);
+        const int n = b.n_tiles;
+        wgmma_wait<0>();
+        fence_regs(o);
+        mbar_arrive(empty_v((n - 1) & 1));
+        out_staged(b);
+        gt += uint32_t(n) + uint32_t(n & 1);
+        ++nq;
+        have = advance();
+      }
+    }
+  } else {
+  uint32_t gt = 0;
+  uint32_t nq = 0;
+#pragma unroll 1
+  for (uint32_t k = 0;; ++k) {
+    const int kind = block_of(k);
+    if (kind == 0) break;
+    if (kind == 1) continue;
+    if (kind == 2) {  // padding sequence: zero output rows
+      zero_rows();
+      continue;
+    }
+    const int tok_lo = m0 / G;
+    const int tok_hi = min(m0 + kBM - 1, rows_total - 1) / G;
+    const int kv_end = ctx + tok_hi + 1;
+    const int n_tiles = (kv_end + BN - 1) / BN;
+    const int n_full = (ctx + tok_lo + 1) / BN;
+    const int vr0 = m0 + r_lo;
+    const int qpos0 = ctx + min(vr0, rows_total - 1) / G;
+    const int qpos1 = ctx + min(vr0 + 8, rows_total - 1) / G;
+
+    float o[NO];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float s[NS];
+    uint32_t pa[NS / 2];
+    float m_0 = -INFINITY, m_1 = -INFINITY, l_0 = 0.f, l_1 = 0.f;
+    float pal0 = 1.f, pal1 = 1.f;  // the pending O rescale of the next PV product
+
+    auto issue_qk = [&](int j) {
+      const uint32_t g = gt + uint32_t(j);
+      const int st = C::PHANTOM ? (j & 1) : int(g % ST);
+      mbar_wait(full_k(st), (g / ST) & 1u);
+      if ((j + 1) * BN > kv_end) fence_proxy_async();  // cp.async (partial) tile
+      // The stage address rebuilt from the shared-memory window here (a uniform value): kept
+      // from the kernel's start through the block loop it lived in a vector register and every
+      // wgmma descriptor went through R2UR.
+      const uint32_t kv0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
+      const uint64_t dk = make_desc(kv0 + uint32_t(2 * st) * TILE, 16, 1024);
+      uint64_t dqv = dq;
+      asm volatile("" : "+l"(dqv));
+      wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < HD / 16; ++kc) {
+        const uint64_t oq = uint64_t(((kc / 4) * kBM * 128 + (kc % 4) * 32) >> 4);
+        const uint64_t ok = uint64_t(((kc / 4) * BN * 128 + (kc % 4) * 32) >> 4);
+        if (kc == 0) {
+          qk_gemm<NS>(s, dqv + oq, dk + ok);
+        } else {
+          qk_gemm_acc<NS>(s, dqv + oq, dk + ok);
+        }
+      }
+      wgmma_commit();
+    };
+    auto issue_pv = [&](int j) {
+      const uint32_t g = gt + uint32_t(j);
+      const int st = C::PHANTOM ? (j & 1) : int(g % ST);
+      mbar_wait(full_v(st), (g / ST) & 1u);
+      if ((j + 1) * BN > kv_end) fence_proxy_async();
+      const uint32_t kv0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
+      const uint64_t dv = make_desc(kv0 + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+    };
+    // FAST softmax of variant 19: max over the raw scores, one FFMA per exponent.
+    auto softmax = [&](int j, float& mn0, float& mn1, float& ls0, float& ls1) {
+      const bool masked = j >= n_full;
+      const int col0 = j * BN + 2 * (lane % 4);
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[4 * i + e];
+          if (masked) {
+            const int pos = col0 + 8 * i + (e & 1);
+            if (pos > (e < 2 ? qpos0 : qpos1)) x = -INFINITY;
+          }
+          s[4 * i + e] = x;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      mx0 = fmaxf(mn0, mx0 * cl2);
+      mx1 = fmaxf(mn1, mx1 * cl2);
+      mn0 = mx0;
+      mn1 = mx1;
+      float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+        const float p0 = fast_exp2(fmaf(s[4 * i], cl2, -mx0));
+        const float p1 = fast_exp2(fmaf(s[4 * i + 1], cl2, -mx0));
+        const float p2 = fast_exp2(fmaf(s[4 * i + 2], cl2, -mx1));
+        const float p3 = fast_exp2(fmaf(s[4 * i + 3], cl2, -mx1));
+        a0 += p0 + p1;
+        a1 += p2 + p3;
+        s[4 * i] = p0;
+        s[4 * i + 1] = p1;
+        s[4 * i + 2] = p2;
+        s[4 * i + 3] = p3;
+      }
+      ls0 = a0;
+      ls1 = a1;
+    };
+    auto take_p = [&]() {
+#pragma unroll
+      for (int i = 0; i < NS / 2; ++i) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    };
+    auto rescale_o = [&](float x0, float x1) {
+      if (__any_sync(0xffffffffu, x0 != 1.f || x1 != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < NO / 4; ++i) {
+          o[4 * i] *= x0;
+          o[4 * i + 1] *= x0;
+          o[4 * i + 2] *= x1;
+          o[4 * i + 3] *= x1;
+        }
+      }
+    };
+
+    // This warpgroup's Q half of the block (loaded by one producer pair, cp.async: fence).
+    mbar_wait(full_q(w), nq & 1u);
+    fence_proxy_async();
+    turn_wait();
+    issue_qk(0);
+    turn_pass();
+    wgmma_wait<0>();
+    fence_regs(s);
+    mbar_arrive(empty_k(C::PHANTOM ? 0 : int(gt % ST)));
+    {
+      float mn0 = m_0, mn1 = m_1, ls0, ls1;
+      softmax(0, mn0, mn1, ls0, ls1);
+      m_0 = mn0;
+      m_1 = mn1;
+      l_0 = ls0;
+      l_1 = ls1;
+      take_p();
+    }
+#pragma unroll 1
+    for (int j = 0; j + 1 < n_tiles; ++j) {
+      turn_wait();
+      issue_qk(j + 1);
+      rescale_o(pal0, pal1);
+      issue_pv(j);
+      turn_pass();
+      float mn0 = m_0, mn1 = m_1, ls0, ls1;
+      wgmma_wait<1>();
+      fence_regs(s);
+      mbar_arrive(empty_k(C::PHANTOM ? ((j + 1) & 1) : int((gt + uint32_t(j) + 1u) % ST)));
+      softmax(j + 1, mn0, mn1, ls0, ls1);
+      pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
+      pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
+      l_0 = l_0 * pal0 + ls0;
+      l_1 = l_1 * pal1 + ls1;
+      m_0 = mn0;
+      m_1 = mn1;
+      // Order point (ORDERED): keeps the exponentials above the PV wait.
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(my_scratch()), "f"(l_0 + l_1) : "memory");
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+      mbar_arrive(empty_v(C::PHANTOM ? (j & 1) : int((gt + uint32_t(j)) % ST)));
+      take_p();
+    }
+    turn_wait();
+    rescale_o(pal0, pal1);
+    issue_pv(n_tiles - 1);
+    turn_pass();
+    wgmma_wait<0>();
+    fence_regs(o);
+    mbar_arrive(empty_v(C::PHANTOM ? ((n_tiles - 1) & 1) : int((gt + uint32_t(n_tiles) - 1u) % ST)));
+    l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
+    l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
+    l_1 += __shfl_xor_sync(0xffffffffu, l_1, 1);
+    l_1 += __shfl_xor_sync(0xffffffffu, l_1, 2);
+    const float inv0 = l_0 > 0.f ? 1.f / l_0 : 0.f;
+    const float inv1 = l_1 > 0.f ? 1.f / l_1 : 0.f;
+    const int cq = 2 * (lane % 4);
+    // STAGED output through this warpgroup's Q half (its QK^T products are complete), as 19.
+    const int rr0 = warp * 16 + lane / 4;
+    const uint32_t wq = uint32_t(dq & 0x3FFFu) << 4;
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      const int col = 8 * i + cq;
+      const uint32_t blk = wq + uint32_t(col / 64) * uint32_t(kBM * 128);
+      const uint32_t ch = uint32_t((col % 64) / 8);
+      const uint32_t in16 = uint32_t(col % 8) * 2u;
+      const uint32_t a0 = blk + uint32_t(rr0) * 128u + ((ch ^ uint32_t(rr0 & 7)) << 4) + in16;
+      const uint32_t a1 =
+          blk + uint32_t(rr0 + 8) * 128u + ((ch ^ uint32_t((rr0 + 8) & 7)) << 4) + in16;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0),
+                   "r"(pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0)));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1),
+                   "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)));
+    }
+    if (w == 0) {
+      asm volatile("bar.sync 3, 128;\n" ::: "memory");
+    } else {
+      asm volatile("bar.sync 4, 128;\n" ::: "memory");
+    }
+    {
+      const int t = ct % 128;
+      const int c = t % 32;  // 16-byte chunk of the row
+#pragma unroll 4
+      for (int i = 0; i < 16; ++i) {
+        // (No data-dependent loop in here: a loop whose trip count the compiler cannot prove
+        // warp-uniform inside the block loop took the whole loop off the uniform datapath.)
+        const int rr = t / 32 + 4 * i;
+        const int vr = m0 + w * 64 + rr;
+        const uint32_t src = wq + uint32_t(c / 8) * uint32_t(kBM * 128) + uint32_t(rr) * 128u +
+                             ((uint32_t(c % 8) ^ uint32_t(rr & 7)) << 4);
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(src)
+                     : "memory");
+        const int tok = int(uint32_t(vr) / uint32_t(G));
+        if (vr < rows_total) *reinterpret_cast<uint4*>(out + qo_off(tok, vr - tok * G) + c * 8) = v;
+      }
+    }
+    // The half is free for the next block's Q (this thread's reads above are complete).
+    mbar_arrive(empty_q(w));
+    if constexpr (C::PHANTOM) {
+      if (n_tiles & 1) phantom(gt + uint32_t(n_tiles));
+    }
+    gt += uint32_t(n_tiles) + (C::PHANTOM ? uint32_t(n_tiles & 1) : 0u);
+    ++nq;
+  }
+  }  // PHANTOM
+  if (w == 0) turn_wait();
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched without an sm_90a image (prepare); fail loudly if it is
+#endif  // DK_ATTN_SM90A
+}
+
 // Whether `kernel` runs from sm_90a code on the current device: SASS (or PTX) built for 9.0
 // features, not a JIT of a lower arch's PTX (whose body is empty). Cached per device.
+// The kernel of a (head dim, schedule, variant): the persistent one for 23 / 24.
+template <int HD, bool PP, int VAR>
+constexpr void (*kernel_fn())(const Args) {
+  if constexpr (Cfg<HD, VAR>::PERSIST) {
+    return prefill_persist_kernel<VAR>;
+  } else {
+    return prefill_kernel<HD, PP, VAR>;
+  }
+}
 template <int HD, bool PP, int VAR>
 dk_status prepare(int dev) {
   static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 unsupported (zero-initialized)
   if (dev < 0 || dev >= 64) return DK_ERR_NO_KERNEL_IMAGE;
   if (state[dev].load(std::memory_order_acquire) == 0) {
     cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, prefill_kernel<HD, PP, VAR>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, kernel_fn<HD, PP, VAR>()) != cudaSuccess) {
       (void)cudaGetLastError();
       state[dev] = 2;
     } else if (attr.binaryVersion != 90 || attr.ptxVersion < 90 || !sm90a_image(dev)) {
       // An sm_90 (not 90a) image also reports 9.0 but has the kernel body compiled out.
       state[dev] = 2;
-    } else if (cudaFuncSetAttribute(prefill_kernel<HD, PP, VAR>,
+    } else if (cudaFuncSetAttribute(kernel_fn<HD, PP, VAR>(),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem_bytes<HD, VAR>())) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -1038,6 +2000,21 @@ inline bool encode_cache_map(CUtensorMap* m, uint64_t cache, int64_t hd, int64_t
            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Multiprocessor count of `dev`, cached (0 if unknown).
+inline int sm_count(int dev) {
+  static std::atomic<int> cache[64];
+  if (dev < 0 || dev >= 64) return 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
 template <int HD, bool PP, int VAR>
 dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   int dev = 0;
@@ -1065,14 +2042,28 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
-  // LPT variants index the whole grid in 32 bits; larger grids take the kv-head-major order.
-  if constexpr (Cfg<HD, VAR>::LPT) {
-    constexpr int NL = Cfg<HD, VAR>::NO_LPT;
-    if (gx * p.n_kv_heads > 0x7fffffffLL) return launch<HD, Cfg<HD, NL>::PP, NL>(p, stream);
+  if constexpr (Cfg<HD, VAR>::PERSIST) {
+    // 32-bit block list and packed rows; else variant 19 (same tiles, one CTA per block).
+    const int64_t nb = gx * p.n_kv_heads;
+    if (nb > 0x40000000LL || p.num_tokens * a.group > 0x7fffffffLL) {
+      return launch<HD, true, 19>(p, stream);
+    }
+    a.total_blocks = uint32_t(nb);
+    const int sms = sm_count(dev);
+    const int64_t cap = Cfg<HD, VAR>::CAP8 ? 8 : (sms > 0 ? sms : 132);
+    const unsigned ctas = unsigned(nb < cap ? nb : cap);
+    kernel_fn<HD, PP, VAR>()<<<ctas, kThreads, smem_bytes<HD, VAR>(), stream>>>(a);
+    return launch_status();
+  } else {
+    // LPT variants index the whole grid in 32 bits; larger grids take the kv-head-major order.
+    if constexpr (Cfg<HD, VAR>::LPT) {
+      constexpr int NL = Cfg<HD, VAR>::NO_LPT;
+      if (gx * p.n_kv_heads > 0x7fffffffLL) return launch<HD, Cfg<HD, NL>::PP, NL>(p, stream);
+    }
+    prefill_kernel<HD, PP, VAR><<<dim3(unsigned(gx), unsigned(p.n_kv_heads)), kThreads,
+                             smem_bytes<HD, VAR>(), stream>>>(a);
+    return launch_status();
   }
-  prefill_kernel<HD, PP, VAR><<<dim3(unsigned(gx), unsigned(p.n_kv_heads)), kThreads,
-                           smem_bytes<HD, VAR>(), stream>>>(a);
-  return launch_status();
 }
 
 }  // namespace attn_sm90
@@ -1154,6 +2145,11 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 21>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 22:
           return p->scale > 0.f ? a::launch<256, false, 22>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 23:
+          return p->scale > 0.f ? a::launch<256, true, 23>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 24:
+          return p->scale > 0.f ? a::launch<256, true, 24>(*p, s) : a::launch<256, true, 5>(*p, s);
+
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;
           return p->scale > 0.f ? a::launch<256, true, 8>(*p, s) : a::launch<256, true, 6>(*p, s);

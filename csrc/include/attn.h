@@ -99,9 +99,11 @@ typedef struct DkAttnPrefillSm90Params {
    * (page_size % 16 != 0 runs 12/13); 10-16 launch the row blocks heaviest first across kv
    * heads (LPT), 16 = 7 in that order; 17-22 the split TMA producer (odd ping-pong, even
    * free-running): 17/18 kv-head-major order, 19/20 LPT + output staged through shared memory
-   * (16-byte stores), 21/22 staged, kv-head-major. The safe wrapper's default: 19. Variants
-   * 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-22 ignore `schedule` and, as 7, need
-   * scale > 0 (else variant 5 runs); outside 0..=22:
+   * (16-byte stores), 21/22 staged, kv-head-major; 23 = 19 as a persistent kernel (one CTA per
+   * SM walks the LPT block list, K/V ring, ping-pong turns and the next block's Q load carried
+   * across blocks), 24 = 23 with at most 8 CTAs (test variant). The safe wrapper's default: 19.
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-24 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=24:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
@@ -146,10 +148,15 @@ typedef struct DkAttnDecodeSm90Params {
   int64_t num_pages;
   int64_t num_splits;
   float scale;
-  /** Tile configuration (see decode_sm90.cu), 0..=7: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
-   * loads, each with its warps x shared-memory stages; -1 = automatic: variant 0 or 3 and a split
-   * count <= num_splits chosen from num_rows x n_kv_heads and the SM count (the workspace layout
-   * then uses that count). Ignored at head dim 64. Same results up to rounding. */
+  /** Tile configuration (see decode_sm90.cu), 0..=11: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
+   * loads, each with its warps x shared-memory stages; 8-11 the tiles of 0-3 where 2..=8 splits
+   * run as one thread-block cluster per (row, kv head) and combine through distributed shared
+   * memory (no merge launch; the workspace is not written; other split counts run 0-3); -1 =
+   * automatic: variant 0 or 3 and a split count <= num_splits chosen from num_rows x n_kv_heads
+   * and the SM count (the workspace layout then uses that count). Ignored at head dim 64. Same
+   * results up to rounding. Tiles of one CTA per SM (hd 256: 0, 2, 4, 8, 10) launch as a
+   * programmatic dependent of the previous kernel on the stream (reading nothing before that
+   * kernel completed). */
   int32_t variant;
 } DkAttnDecodeSm90Params;
 

@@ -468,8 +468,12 @@ pub enum PrefillKernel {
     /// 17-22: the split TMA producer (odd: ping-pong, even: free-running), 17/18 in the
     /// kv-head-major order, 19/20 LPT with the output staged through shared memory (coalesced
     /// 16-byte stores; 19 is the default, what `Auto` runs), 21/22 staged in the kv-head-major
-    /// order.
-    /// Same results up to rounding. Values above 22 are rejected ([`crate::Error::Shape`] naming
+    /// order; 23: 19 as a persistent kernel (one CTA per SM walks the LPT block list; the K/V
+    /// ring and the ping-pong turns run on across blocks, the next block's Q half loads as soon
+    /// as its consumer warpgroup released it), 24: 23 with at most 8 CTAs (a test variant: many
+    /// blocks per CTA); 23 measured 0.90-0.99x variant 19 on an H200 (session 5), not the
+    /// default.
+    /// Same results up to rounding. Values above 24 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -489,7 +493,7 @@ const SM90_DEFAULT_SCHEDULE: i32 = 1;
 const SM90_DEFAULT_VARIANT: i32 = 19;
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 22;
+const SM90_MAX_VARIANT: u8 = 24;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -513,7 +517,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=22", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=24", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
@@ -683,15 +687,18 @@ pub enum DecodeKernel {
     /// 4-7 with the bulk-copy engine (one `cp.async.bulk` per row, mbarrier byte counts, padded
     /// rows). hd 256: 0 = 4 warps x 3 stages; 1 = 2 x 3 (two CTAs per SM); 2 = 4 x 2; 3 = 2 x 2
     /// (three CTAs per SM); 4 = bulk 4 x 3; 5 = bulk 2 x 3; 6 = bulk 2 x 2; 7 = bulk 1 x 6. hd 128:
-    /// 0 = 4 x 4; 1 = 2 x 6; 2 = 4 x 3; 3 = 2 x 4; 4-7 the same with bulk copies. Same results up
-    /// to rounding. Values above 7 are rejected ([`crate::Error::Shape`] naming `kernel`).
+    /// 0 = 4 x 4; 1 = 2 x 6; 2 = 4 x 3; 3 = 2 x 4; 4-7 the same with bulk copies. 8-11: the tiles
+    /// of 0-3 where, with 2..=8 splits, the splits of a (row, kv head) run as one thread-block
+    /// cluster and combine their partial results through distributed shared memory (no merge
+    /// launch, the workspace is not written; more splits run 0-3). Same results up to rounding.
+    /// Values above 11 are rejected ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).
     Triton,
 }
 
 /// The largest tile variant `dk_attn_decode_sm90` accepts.
-const DECODE_SM90_MAX_VARIANT: u8 = 7;
+const DECODE_SM90_MAX_VARIANT: u8 = 11;
 
 /// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 0 or 3
 /// and a split count <= `num_splits` from rows x kv heads and the SM count (H200 sweep,
@@ -916,7 +923,7 @@ fn decode_impl(
     }
     if let DecodeKernel::Sm90Variant(v) = kernel {
         if v > DECODE_SM90_MAX_VARIANT {
-            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=7", v));
+            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=11", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
