@@ -24,10 +24,11 @@
 // cache policy.
 // Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
 // registers; the default) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
-// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Two more opt-in K = V = 128
-// kernels have their own token loop: decode_cluster_kernel (a cluster of CTAs per head, each a contiguous
-// block of state rows, partials through distributed shared memory; measured 1.03-1.5x slower) and
-// decode_sl_kernel (the tile landed in shared memory by cp.async, streamed from there; not yet measured).
+// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). One more opt-in K = V = 128
+// kernel has its own token loop, built from the same per-token helpers: decode_sl_kernel (the tile landed in
+// shared memory by cp.async, streamed from there; not yet measured). A cluster split-K kernel (a cluster of
+// CTAs per head, partials through distributed shared memory) measured 1.03-2x slower on an H200 and was removed
+// (docs/benchmarks/2026-12-01-gdrdec-s5.md).
 // Dispatch (launch_kv /
 // launch_reg, K, V in {64, 128}): K = V = 128 (any T; the PRE + FG kernels, see below) with
 // 256..400 (row, head) pairs (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
@@ -180,6 +181,224 @@ struct TokIn {
   float qf[EK], kf[EK], vf[4];
 };
 
+// ---- per-token pieces shared by every kernel (run_tokens, decode_sl_kernel, tools/tune/gdr_decode_lib.cu) ----
+
+// True for a live slot; slots outside [0, num_slots) (incl. -1) are padding.
+__device__ __forceinline__ bool slot_live(const Args& p, int32_t slot) {
+  return slot >= 0 && static_cast<int64_t>(slot) < p.num_slots;
+}
+
+// First float of value head hv's state [K, V] in slot `slot`.
+template <int K, int V>
+__device__ __forceinline__ float* head_state(const Args& p, int32_t slot, int64_t hv) {
+  return p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V);
+}
+
+// Padding row n: zero output of every token for this thread's columns col0..col0+3 of head hv.
+template <int V>
+__device__ __forceinline__ void write_zero_rows(const Args& p, int64_t n, int64_t hv, int col0) {
+  for (int64_t t = 0; t < p.t; ++t) {
+    store_bf16x4(p.out + (n * p.t + t) * (p.h_v * V) + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// Token tok's gate input x (a or b) of head hv.
+__device__ __forceinline__ float gate_in(const Args& p, const __nv_bfloat16* x, int64_t tok, int64_t hv) {
+  return __bfloat162float(x[tok * p.ab_stride + hv]);
+}
+
+// Token tok's q and k elements lane*EK.. of key head kh (load_qk: zeros for the lanes past K when K = 16).
+template <int K, int EK>
+__device__ __forceinline__ void load_qk_lane(const Args& p, int64_t tok, int64_t kh, int lane, float (&qf)[EK],
+                                             float (&kf)[EK]) {
+  load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
+  load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+}
+template <int K, int EK, bool KL>
+__device__ __forceinline__ void load_qk(const Args& p, int64_t tok, int64_t kh, int lane, float (&qf)[EK],
+                                        float (&kf)[EK]) {
+  if (!KL || lane * EK < K) {
+    load_qk_lane<K, EK>(p, tok, kh, lane, qf, kf);
+  } else {
+#pragma unroll
+    for (int e = 0; e < EK; ++e) qf[e] = kf[e] = 0.f;
+  }
+}
+
+// Token tok's v columns col0..col0+3 of head hv.
+template <int V>
+__device__ __forceinline__ void load_v(const Args& p, int64_t tok, int64_t hv, int col0, float (&vf)[4]) {
+  load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+}
+
+// -exp(A_log), the factor of softplus(a + dt_bias) in g.
+template <bool FG>
+__device__ __forceinline__ float gate_neg_a(float a_log) {
+  return FG ? -__expf(a_log) : -expf(a_log);
+}
+
+// Gating of one token (f32, as deltakit_ref::gdr::gating): decay = exp(g), g = neg_a softplus(a + dt_bias),
+// beta = sigmoid(b). FG: the hardware approximations.
+template <bool FG>
+__device__ __forceinline__ void token_gates(float neg_a, float dt_bias, float av, float bv, float& decay, float& beta) {
+  const float g = neg_a * (FG ? softplus_fast(av + dt_bias) : softplus_f(av + dt_bias));
+  // Full decay at the edge of f32: g = -inf (exp(A_log) overflow) and g = NaN (-inf * 0, when
+  // softplus underflows too) give 0, as do g <= -64 (e^-64 ~ 1.6e-28), the same rule as the
+  // chunk prefill's clamp / flush (triton_aot/gdr/chunk_prefill.py, G_FLOOR).
+  decay = g > -64.f ? (FG ? __expf(g) : expf(g)) : 0.f;
+  beta = FG ? sigmoid_fast(bv) : sigmoid_f(bv);
+}
+
+// q/k L2 norms of one token by a warp whose lanes hold EK elements each of q and k (zeros where none):
+// sums of squares and q.k through shuffles over the 32 lanes. Sets iq = scale / ||q||, ik = 1 / ||k||
+// (L2; else scale and 1) and returns (normalised, scaled q) . (normalised k).
+template <int EK, bool L2, bool FG>
+__device__ __forceinline__ float qk_norms(const float (&qf)[EK], const float (&kf)[EK], float scale, float& iq,
+                                          float& ik) {
+  float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+  for (int e = 0; e < EK; ++e) {
+    ssq = fmaf(qf[e], qf[e], ssq);
+    ssk = fmaf(kf[e], kf[e], ssk);
+    sqk = fmaf(qf[e], kf[e], sqk);
+  }
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
+    ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
+    sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
+  }
+  iq = scale;
+  ik = 1.f;
+  if constexpr (L2) {
+    if constexpr (FG) {
+      iq = scale * rsqrtf(ssq + 1e-6f);
+      ik = rsqrtf(ssk + 1e-6f);
+    } else {
+      iq = scale / sqrtf(ssq + 1e-6f);
+      ik = 1.f / sqrtf(ssk + 1e-6f);
+    }
+  }
+  return sqk * iq * ik;
+}
+
+// Stages the lane's normalised q, k elements in the warp's buffers qs, ks.
+template <int EK>
+__device__ __forceinline__ void stage_qk(float* qs, float* ks, const float (&qf)[EK], const float (&kf)[EK], float iq,
+                                         float ik, int lane) {
+#pragma unroll
+  for (int e = 0; e < EK; ++e) {
+    qs[lane * EK + e] = qf[e] * iq;
+    ks[lane * EK + e] = kf[e] * ik;
+  }
+}
+
+// Adds one state row's contributions (k element kk, q element qq) to the partial S^T k / S^T q of 4 columns.
+__device__ __forceinline__ void acc_row(float (&pk)[4], float (&pq)[4], const float4& s, float kk, float qq) {
+  pk[0] = fmaf(s.x, kk, pk[0]); pk[1] = fmaf(s.y, kk, pk[1]);
+  pk[2] = fmaf(s.z, kk, pk[2]); pk[3] = fmaf(s.w, kk, pk[3]);
+  pq[0] = fmaf(s.x, qq, pq[0]); pq[1] = fmaf(s.y, qq, pq[1]);
+  pq[2] = fmaf(s.z, qq, pq[2]); pq[3] = fmaf(s.w, qq, pq[3]);
+}
+
+// Completes the partial sums: shuffles across the KW lanes sharing columns, then (NW > 1) the warps through
+// red[par] with one __syncthreads; every thread ends with the CTA's S^T k / S^T q of its 4 columns.
+template <int K, int BV, int NW, int LV>
+__device__ __forceinline__ void reduce_cols(float (&pk)[4], float (&pq)[4], Smem<K, BV, NW>& sm, int par, int warp,
+                                            int kq, int cg) {
+#pragma unroll
+  for (int off = LV; off < 32; off <<= 1) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      pk[j] += __shfl_xor_sync(0xffffffffu, pk[j], off);
+      pq[j] += __shfl_xor_sync(0xffffffffu, pq[j], off);
+    }
+  }
+  if constexpr (NW > 1) {
+    auto& red_s = sm.red;
+    const int rp = NW > 1 ? par : 0;
+    if (kq == 0) {
+      *reinterpret_cast<float4*>(&red_s[rp][warp][0][cg * 4]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
+      *reinterpret_cast<float4*>(&red_s[rp][warp][1][cg * 4]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+    }
+    __syncthreads();
+    float4 sk = *reinterpret_cast<const float4*>(&red_s[rp][0][0][cg * 4]);
+    float4 sq = *reinterpret_cast<const float4*>(&red_s[rp][0][1][cg * 4]);
+#pragma unroll
+    for (int w = 1; w < NW; ++w) {
+      const float4 xk = *reinterpret_cast<const float4*>(&red_s[rp][w][0][cg * 4]);
+      const float4 xq = *reinterpret_cast<const float4*>(&red_s[rp][w][1][cg * 4]);
+      sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
+      sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
+    }
+    pk[0] = sk.x; pk[1] = sk.y; pk[2] = sk.z; pk[3] = sk.w;
+    pq[0] = sq.x; pq[1] = sq.y; pq[2] = sq.z; pq[3] = sq.w;
+  }
+}
+
+// delta = beta (v - decay S^T k) and out = decay S^T q + (q.k) delta of 4 columns (the identity of the file comment).
+__device__ __forceinline__ void delta_out(const float (&vf)[4], const float (&sk)[4], const float (&sq)[4], float decay,
+                                          float beta, float qk, float (&d)[4], float (&o)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    d[j] = beta * (vf[j] - decay * sk[j]);
+    o[j] = fmaf(decay, sq[j], qk * d[j]);
+  }
+}
+
+// One state row after the token: decay S + k delta^T (k element kk).
+__device__ __forceinline__ void update_row(float4& s, float decay, float kk, const float (&d)[4]) {
+  s.x = fmaf(decay, s.x, kk * d[0]);
+  s.y = fmaf(decay, s.y, kk * d[1]);
+  s.z = fmaf(decay, s.z, kk * d[2]);
+  s.w = fmaf(decay, s.w, kk * d[3]);
+}
+
+// A one-shot CTA's (row n, value head hv, key head kh) and this thread's first column col0, in 32-bit index
+// math (the PRE kernels).
+struct Place {
+  int64_t hv, n, kh;
+  int col0;
+};
+template <int V, int BV>
+__device__ __forceinline__ Place place32(const Args& p, int cg) {
+  constexpr int NVB = V / BV;
+  const uint32_t bid = blockIdx.x;
+  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
+  const int vb = static_cast<int>(bid % NVB);
+  const uint32_t rest = bid / NVB;
+  Place c;
+  c.hv = rest % hv32;
+  c.n = rest / hv32;
+  c.kh = static_cast<uint32_t>(c.hv) / (hv32 / static_cast<uint32_t>(p.h_k));
+  c.col0 = vb * BV + cg * 4;
+  return c;
+}
+
+// Token 0's inputs of row c.n for this thread (and a_log, dt_bias), issued before the slot load (PRE).
+template <int K, int V, int EK, bool KL>
+__device__ __forceinline__ void load_tok0(const Args& p, const Place& c, int lane, TokIn<EK>& in0) {
+  const int64_t tok = c.n * p.t;
+  in0.av = gate_in(p, p.a, tok, c.hv);
+      in0.bv = gate_in(p, p.b, tok, c.hv);
+  in0.a_log = p.a_log[c.hv];
+  in0.dt_bias = p.dt_bias[c.hv];
+  load_qk<K, EK, KL>(p, tok, c.kh, lane, in0.qf, in0.kf);
+  load_v<V>(p, tok, c.hv, c.col0, in0.vf);
+}
+
+// The thread's R state rows kt + i*KT (4 columns from st) into / from registers.
+template <int LD, int V, int KT, int R>
+__device__ __forceinline__ void load_rows(const float* st, int kt, float4 (&s)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
+}
+template <int ST, int V, int KT, int R>
+__device__ __forceinline__ void store_rows(float* st, int kt, const float4 (&s)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) store_state<ST>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
+}
+
 // The T tokens of row n on the state tile s (registers) of value head hv, columns col0..col0+3 of
 // this thread. Updates s in place and writes the outputs. PRE: token 0's inputs (and a_log, dt_bias)
 // come from *in0 and the key head is kh_pre (else everything is loaded / computed here).
@@ -204,7 +423,6 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
   }
   const int64_t out_row = p.h_v * V;
   auto& qk_s = sm.qk;
-  auto& red_s = sm.red;
   float a_log, dt_bias;
   if constexpr (PRE) {
     a_log = in0->a_log;
@@ -213,29 +431,26 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
     a_log = p.a_log[hv];
     dt_bias = p.dt_bias[hv];
   }
-  const float neg_a = FG ? -__expf(a_log) : -expf(a_log);
+  const float neg_a = gate_neg_a<FG>(a_log);
 
   for (int64_t t = 0; t < p.t; ++t) {
     const int64_t tok = n * p.t + t;
     const int par = static_cast<int>(t & 1);
     const bool use0 = PRE && t == 0;
-    // Gating (f32, as deltakit_ref::gdr::gating).
     float av, bv;
     if (use0) {
       av = in0->av;
       bv = in0->bv;
     } else {
-      av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
-      bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
+      av = gate_in(p, p.a, tok, hv);
+      bv = gate_in(p, p.b, tok, hv);
     }
-    const float g = neg_a * (FG ? softplus_fast(av + dt_bias) : softplus_f(av + dt_bias));
-    // Full decay at the edge of f32: g = -inf (exp(A_log) overflow) and g = NaN (-inf * 0, when
-    // softplus underflows too) give 0, as do g <= -64 (e^-64 ~ 1.6e-28), the same rule as the
-    // chunk prefill's clamp / flush (triton_aot/gdr/chunk_prefill.py, G_FLOOR).
-    const float decay = g > -64.f ? (FG ? __expf(g) : expf(g)) : 0.f;
-    const float beta = FG ? sigmoid_fast(bv) : sigmoid_f(bv);
+    float decay, beta;
+    token_gates<FG>(neg_a, dt_bias, av, bv, decay, beta);
 
-    // q/k norms of key head kh, computed by each warp with shuffles, staged in its smem slice.
+    // q/k norms of key head kh, computed by each warp with shuffles, staged in its smem slice. (The same
+    // math as qk_norms + stage_qk, written out here: through those helpers the K = 16 instantiations
+    // compile to a different register assignment -- same results, not the same SASS.)
     float qf[EK], kf[EK];
     const bool has_qk = !KL || lane * EK < K;
     if (use0) {
@@ -245,8 +460,7 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
         kf[e] = in0->kf[e];
       }
     } else if (has_qk) {
-      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
-      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
+      load_qk_lane<K, EK>(p, tok, kh, lane, qf, kf);
     } else {
 #pragma unroll
       for (int e = 0; e < EK; ++e) qf[e] = kf[e] = 0.f;
@@ -274,7 +488,7 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
         ik = 1.f / sqrtf(ssk + 1e-6f);
       }
     }
-    const float qk = sqk * iq * ik;  // (normalised, scaled q) . (normalised k)
+    const float qk = sqk * iq * ik;
     float* qs = qk_s[warp][par][0];
     float* ks = qk_s[warp][par][1];
     if (has_qk) {
@@ -289,66 +503,26 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
 #pragma unroll
       for (int j = 0; j < 4; ++j) vf[j] = in0->vf[j];
     } else {
-      load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+      load_v<V>(p, tok, hv, col0, vf);
     }
     __syncwarp();
 
-    // Partial S^T k and S^T q over this thread's rows (pre-decay state).
+    // Partial S^T k and S^T q over this thread's rows (pre-decay state), then over the CTA.
     float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const int row = kt + i * KT;
-      const float kk = ks[row], qq = qs[row];
-      pk[0] = fmaf(s[i].x, kk, pk[0]); pk[1] = fmaf(s[i].y, kk, pk[1]);
-      pk[2] = fmaf(s[i].z, kk, pk[2]); pk[3] = fmaf(s[i].w, kk, pk[3]);
-      pq[0] = fmaf(s[i].x, qq, pq[0]); pq[1] = fmaf(s[i].y, qq, pq[1]);
-      pq[2] = fmaf(s[i].z, qq, pq[2]); pq[3] = fmaf(s[i].w, qq, pq[3]);
+      acc_row(pk, pq, s[i], ks[row], qs[row]);
     }
-#pragma unroll
-    for (int off = LV; off < 32; off <<= 1) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        pk[j] += __shfl_xor_sync(0xffffffffu, pk[j], off);
-        pq[j] += __shfl_xor_sync(0xffffffffu, pq[j], off);
-      }
-    }
-    if constexpr (NW > 1) {
-      const int rp = NW > 1 ? par : 0;
-      if (kq == 0) {
-        *reinterpret_cast<float4*>(&red_s[rp][warp][0][cg * 4]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
-        *reinterpret_cast<float4*>(&red_s[rp][warp][1][cg * 4]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
-      }
-      __syncthreads();
-      float4 sk = *reinterpret_cast<const float4*>(&red_s[rp][0][0][cg * 4]);
-      float4 sq = *reinterpret_cast<const float4*>(&red_s[rp][0][1][cg * 4]);
-#pragma unroll
-      for (int w = 1; w < NW; ++w) {
-        const float4 xk = *reinterpret_cast<const float4*>(&red_s[rp][w][0][cg * 4]);
-        const float4 xq = *reinterpret_cast<const float4*>(&red_s[rp][w][1][cg * 4]);
-        sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
-        sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
-      }
-      pk[0] = sk.x; pk[1] = sk.y; pk[2] = sk.z; pk[3] = sk.w;
-      pq[0] = sq.x; pq[1] = sq.y; pq[2] = sq.z; pq[3] = sq.w;
-    }
+    reduce_cols<K, BV, NW, LV>(pk, pq, sm, par, warp, kq, cg);
 
     float d[4], o[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      d[j] = beta * (vf[j] - decay * pk[j]);
-      o[j] = fmaf(decay, pq[j], qk * d[j]);
-    }
+    delta_out(vf, pk, pq, decay, beta, qk, d, o);
     if (kt == 0) {
       store_bf16x4(p.out + tok * out_row + hv * V + col0, o[0], o[1], o[2], o[3]);
     }
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const float kk = ks[kt + i * KT];
-      s[i].x = fmaf(decay, s[i].x, kk * d[0]);
-      s[i].y = fmaf(decay, s[i].y, kk * d[1]);
-      s[i].z = fmaf(decay, s[i].z, kk * d[2]);
-      s[i].w = fmaf(decay, s[i].w, kk * d[3]);
-    }
+    for (int i = 0; i < R; ++i) update_row(s[i], decay, ks[kt + i * KT], d);
   }
 
 }
@@ -370,44 +544,19 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
     const int cg = lane % LV;
     const int kq = lane / LV;
     const int kt = warp * KW + kq;
-    const uint32_t bid = blockIdx.x;
-    const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
-    const int vb = static_cast<int>(bid % NVB);
-    const uint32_t rest = bid / NVB;
-    const int64_t hv = rest % hv32;
-    const int64_t n = rest / hv32;
-    const int64_t kh = static_cast<uint32_t>(hv) / (hv32 / static_cast<uint32_t>(p.h_k));
-    const int col0 = vb * BV + cg * 4;
-    const int64_t tok = n * p.t;
+    const Place c = place32<V, BV>(p, cg);
     TokIn<EK> in0;
-    in0.av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
-    in0.bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
-    in0.a_log = p.a_log[hv];
-    in0.dt_bias = p.dt_bias[hv];
-    if (!G::KL || lane * EK < K) {
-      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, in0.qf);
-      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, in0.kf);
-    } else {
-#pragma unroll
-      for (int e = 0; e < EK; ++e) in0.qf[e] = in0.kf[e] = 0.f;
-    }
-    load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, in0.vf);
-    const int32_t slot = p.slots[n];
-    if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
-      if (kt == 0) {
-        for (int64_t t = 0; t < p.t; ++t) {
-          store_bf16x4(p.out + (n * p.t + t) * (p.h_v * V) + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
-        }
-      }
+    load_tok0<K, V, EK, G::KL>(p, c, lane, in0);
+    const int32_t slot = p.slots[c.n];
+    if (!slot_live(p, slot)) {
+      if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
       return;
     }
-    float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+    float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
     float4 s[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
-    run_tokens<K, V, BV, NW, L2, true, FG>(p, n, hv, col0, s, sm, &in0, kh);
-#pragma unroll
-    for (int i = 0; i < R; ++i) store_state<ST>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
+    load_rows<LD, V, KT>(st, kt, s);
+    run_tokens<K, V, BV, NW, L2, true, FG>(p, c.n, c.hv, c.col0, s, sm, &in0, c.kh);
+    store_rows<ST, V, KT>(st, kt, s);
     return;
   }
 
@@ -423,29 +572,18 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
   const int64_t hv = rest % p.h_v;
   const int64_t n = rest / p.h_v;
   const int col0 = vb * BV + cg * 4;
-  const int64_t out_row = p.h_v * V;
 
   const int32_t slot = p.slots[n];
-  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
-    if (kt == 0) {
-      for (int64_t t = 0; t < p.t; ++t) {
-        store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
-      }
-    }
+  if (!slot_live(p, slot)) {
+    if (kt == 0) write_zero_rows<V>(p, n, hv, col0);
     return;
   }
 
-  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+  float* st = head_state<K, V>(p, slot, hv) + col0;
   float4 s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    s[i] = load_state<LD>(st + static_cast<int64_t>(kt + i * KT) * V);
-  }
+  load_rows<LD, V, KT>(st, kt, s);
   run_tokens<K, V, BV, NW, L2>(p, n, hv, col0, s, sm);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    store_state<ST>(st + static_cast<int64_t>(kt + i * KT) * V, s[i]);
-  }
+  store_rows<ST, V, KT>(st, kt, s);
 }
 
 
@@ -625,205 +763,6 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 #endif
 }
 
-// ---- cluster split-K variant (opt-in; DELTAKIT_GDR_DECODE=cl<CL>_nw<NW>) ---------------------------
-// K = V = 128. A cluster of CL CTAs owns one (row, head); CTA rank r holds the state rows
-// r*K/CL .. (r+1)*K/CL - 1 over all V columns, i.e. one contiguous K/CL x V x 4-byte block (CL = 8:
-// 8 KB, the size of FLA's per-program block in its K-contiguous layout), so every warp load / store
-// instruction covers one whole 512-byte state row and the CTAs are small (many resident per SM).
-// Lane l owns columns 4l..4l+3 of rows r*K/CL + warp + i*NW. Per token: partial S^T k / S^T q over the
-// thread's rows, the NW warps' partials summed through shared memory (NW > 1: one __syncthreads),
-// warp 0 publishes the CTA's partial [k|q][V] in its shared memory, one cluster barrier
-// (arrive.release / wait.acquire), every thread sums the CL CTAs' partials of its columns in rank
-// order through distributed shared memory (identical sums in every CTA of the cluster), then the
-// usual output (rank 0 writes it) and update of the own rows. The exchange buffer is double-buffered
-// by token parity (a CTA rewrites a parity's buffer only after the next barrier, which every peer
-// passes only after reading it); the last barrier phase is armed after the last exchange read and
-// awaited after the state stores, so no CTA exits while a peer may still read its shared memory.
-// The gating / norm math is the FG kernels'; token 0's inputs are loaded with the state (PRE).
-// Needs sm_90 (clusters): below it the kernel compiles to a trap and launch_cluster runs the register
-// dispatch instead.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define DK_GDR_DECODE_NO_CLUSTER 1
-#endif
-__device__ __forceinline__ void cluster_arrive_release() {
-#ifndef DK_GDR_DECODE_NO_CLUSTER
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait_acquire() {
-#ifndef DK_GDR_DECODE_NO_CLUSTER
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r = 0;
-#ifndef DK_GDR_DECODE_NO_CLUSTER
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-// 16-byte load from the shared memory of CTA `rank` of the cluster at the address of local `p`.
-__device__ __forceinline__ float4 ld_dsmem_f4(const float* p, uint32_t rank) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#ifndef DK_GDR_DECODE_NO_CLUSTER
-  uint32_t ra;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra) : "memory");
-#endif
-  return v;
-}
-
-template <int K, int V, int CL, int NW, bool L2, int MINB = 1>
-__global__ void __launch_bounds__(NW * 32, MINB) decode_cluster_kernel(const Args p) {
-#ifdef DK_GDR_DECODE_NO_CLUSTER
-  __trap();
-#else
-  constexpr int KC = K / CL;   // state rows of this CTA
-  constexpr int RC = KC / NW;  // state rows of this thread
-  constexpr int EK = K / 32;   // q / k elements per lane for the norms
-  static_assert(V == 128 && K % 32 == 0 && K % (CL * NW) == 0 && RC >= 1, "cluster tile");
-  __shared__ __align__(16) float qk_s[NW][2][2][K];               // [warp][parity][q|k][K]
-  __shared__ __align__(16) float red_s[NW > 1 ? 2 : 1][NW][2][V];  // [parity][warp][k|q][V]
-  __shared__ __align__(16) float xch[2][2][V];                     // [parity][k|q][V], read by the peers
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const uint32_t rank = cluster_ctarank();
-  const uint32_t head = blockIdx.x / CL;
-  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
-  const int64_t hv = head % hv32;
-  const int64_t n = head / hv32;
-  const int64_t kh = static_cast<uint32_t>(hv) / (hv32 / static_cast<uint32_t>(p.h_k));
-  const int col0 = lane * 4;
-  const int64_t out_row = p.h_v * V;
-  int64_t tok = n * p.t;
-  // Token 0's inputs, issued before the slot and the state.
-  float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
-  float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
-  const float a_log = p.a_log[hv];
-  const float dt_bias = p.dt_bias[hv];
-  float qf[EK], kf[EK], vf[4];
-  load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
-  load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
-  load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
-  const int32_t slot = p.slots[n];
-  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {  // the whole cluster leaves here
-    if (rank == 0 && warp == 0) {
-      for (int64_t t = 0; t < p.t; ++t) store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
-    }
-    return;
-  }
-  const int row0 = static_cast<int>(rank) * KC + warp;
-  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
-  float4 s[RC];
-#pragma unroll
-  for (int i = 0; i < RC; ++i) s[i] = load_state<0>(st + static_cast<int64_t>(row0 + i * NW) * V);
-  const float neg_a = -__expf(a_log);
-
-  for (int64_t t = 0; t < p.t; ++t) {
-    const int par = static_cast<int>(t & 1);
-    if (t > 0) {
-      tok = n * p.t + t;
-      av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
-      bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
-      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
-      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
-      load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
-    }
-    const float g = neg_a * softplus_fast(av + dt_bias);
-    const float decay = g > -64.f ? __expf(g) : 0.f;  // edge rule as decode_kernel
-    const float beta = sigmoid_fast(bv);
-    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
-#pragma unroll
-    for (int e = 0; e < EK; ++e) {
-      ssq = fmaf(qf[e], qf[e], ssq);
-      ssk = fmaf(kf[e], kf[e], ssk);
-      sqk = fmaf(qf[e], kf[e], sqk);
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
-      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
-      sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
-    }
-    float iq = p.scale, ik = 1.f;
-    if constexpr (L2) {
-      iq = p.scale * rsqrtf(ssq + 1e-6f);
-      ik = rsqrtf(ssk + 1e-6f);
-    }
-    const float qk = sqk * iq * ik;
-    float* qs = qk_s[warp][par][0];
-    float* ks = qk_s[warp][par][1];
-#pragma unroll
-    for (int e = 0; e < EK; ++e) {
-      qs[lane * EK + e] = qf[e] * iq;
-      ks[lane * EK + e] = kf[e] * ik;
-    }
-    __syncwarp();
-    float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < RC; ++i) {
-      const int row = row0 + i * NW;
-      const float kk = ks[row], qq = qs[row];
-      pk[0] = fmaf(s[i].x, kk, pk[0]); pk[1] = fmaf(s[i].y, kk, pk[1]);
-      pk[2] = fmaf(s[i].z, kk, pk[2]); pk[3] = fmaf(s[i].w, kk, pk[3]);
-      pq[0] = fmaf(s[i].x, qq, pq[0]); pq[1] = fmaf(s[i].y, qq, pq[1]);
-      pq[2] = fmaf(s[i].z, qq, pq[2]); pq[3] = fmaf(s[i].w, qq, pq[3]);
-    }
-    if constexpr (NW > 1) {
-      *reinterpret_cast<float4*>(&red_s[par][warp][0][col0]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
-      *reinterpret_cast<float4*>(&red_s[par][warp][1][col0]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
-      __syncthreads();
-      if (warp == 0) {
-#pragma unroll
-        for (int w = 1; w < NW; ++w) {
-          const float4 xk = *reinterpret_cast<const float4*>(&red_s[par][w][0][col0]);
-          const float4 xq = *reinterpret_cast<const float4*>(&red_s[par][w][1][col0]);
-          pk[0] += xk.x; pk[1] += xk.y; pk[2] += xk.z; pk[3] += xk.w;
-          pq[0] += xq.x; pq[1] += xq.y; pq[2] += xq.z; pq[3] += xq.w;
-        }
-      }
-    }
-    if (warp == 0) {
-      *reinterpret_cast<float4*>(&xch[par][0][col0]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
-      *reinterpret_cast<float4*>(&xch[par][1][col0]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
-    }
-    cluster_arrive_release();
-    cluster_wait_acquire();
-    float4 sk = ld_dsmem_f4(&xch[par][0][col0], 0);
-    float4 sq = ld_dsmem_f4(&xch[par][1][col0], 0);
-#pragma unroll
-    for (int r = 1; r < CL; ++r) {
-      const float4 xk = ld_dsmem_f4(&xch[par][0][col0], r);
-      const float4 xq = ld_dsmem_f4(&xch[par][1][col0], r);
-      sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
-      sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
-    }
-    if (t + 1 == p.t) cluster_arrive_release();  // this CTA's last reads of its peers are done
-    const float skv[4] = {sk.x, sk.y, sk.z, sk.w};
-    const float sqv[4] = {sq.x, sq.y, sq.z, sq.w};
-    float d[4], o[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      d[j] = beta * (vf[j] - decay * skv[j]);
-      o[j] = fmaf(decay, sqv[j], qk * d[j]);
-    }
-    if (rank == 0 && warp == 0) store_bf16x4(p.out + tok * out_row + hv * V + col0, o[0], o[1], o[2], o[3]);
-#pragma unroll
-    for (int i = 0; i < RC; ++i) {
-      const float kk = ks[row0 + i * NW];
-      s[i].x = fmaf(decay, s[i].x, kk * d[0]);
-      s[i].y = fmaf(decay, s[i].y, kk * d[1]);
-      s[i].z = fmaf(decay, s[i].z, kk * d[2]);
-      s[i].w = fmaf(decay, s[i].w, kk * d[3]);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < RC; ++i) store_state<0>(st + static_cast<int64_t>(row0 + i * NW) * V, s[i]);
-  cluster_wait_acquire();  // every peer has read this CTA's exchange buffer
-#endif
-}
-
 // ---- shared-memory-landed one-shot variant (opt-in; DELTAKIT_GDR_DECODE=sl_bv64_nw1 | sl_bv64_nw2) -------------
 // K = V = 128. The register kernel parks its 32 KB tile in registers for the CTA's whole life (255 registers, 4
 // CTAs per SM), but has loads in flight only during the load phase: the H200 timeline (2026-12-01 session 5,
@@ -836,7 +775,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_cluster_kernel(const Arg
 template <int K, int V, int BV, int NW, bool L2, int MINB = 1>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
-  constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV, EK = G::EK;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK;
   constexpr int NT = NW * 32;
   static_assert(K == 128 && V == 128, "sl path: K = V = 128");
   __shared__ __align__(16) float4 tile[R][NT];  // [row i of the thread][thread]: conflict-free 16-byte accesses
@@ -846,32 +785,15 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   const int cg = lane % LV;
   const int kq = lane / LV;
   const int kt = warp * KW + kq;
-  const uint32_t bid = blockIdx.x;
-  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
-  const int vb = static_cast<int>(bid % NVB);
-  const uint32_t rest = bid / NVB;
-  const int64_t hv = rest % hv32;
-  const int64_t n = rest / hv32;
-  const int64_t kh = static_cast<uint32_t>(hv) / (hv32 / static_cast<uint32_t>(p.h_k));
-  const int col0 = vb * BV + cg * 4;
-  const int64_t out_row = p.h_v * V;
-  int64_t tok = n * p.t;
-  float av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
-  float bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
-  const float a_log = p.a_log[hv];
-  const float dt_bias = p.dt_bias[hv];
-  float qf[EK], kf[EK], vf[4];
-  load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
-  load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
-  load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
-  const int32_t slot = p.slots[n];
-  if (slot < 0 || static_cast<int64_t>(slot) >= p.num_slots) {
-    if (kt == 0) {
-      for (int64_t t = 0; t < p.t; ++t) store_bf16x4(p.out + (n * p.t + t) * out_row + hv * V + col0, 0.f, 0.f, 0.f, 0.f);
-    }
+  const Place c = place32<V, BV>(p, cg);
+  TokIn<EK> in;  // token 0's inputs first (PRE), then each token's
+  load_tok0<K, V, EK, false>(p, c, lane, in);
+  const int32_t slot = p.slots[c.n];
+  if (!slot_live(p, slot)) {
+    if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
     return;
   }
-  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (static_cast<int64_t>(K) * V) + col0;
+  float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
@@ -879,103 +801,41 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
                  : "memory");
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
-  const float neg_a = -__expf(a_log);
-  auto& qk_s = sm.qk;
-  auto& red_s = sm.red;
+  const float neg_a = gate_neg_a<true>(in.a_log);
+  const int64_t out_row = p.h_v * V;
   for (int64_t t = 0; t < p.t; ++t) {
+    const int64_t tok = c.n * p.t + t;
     const int par = static_cast<int>(t & 1);
     if (t > 0) {
-      tok = n * p.t + t;
-      av = __bfloat162float(p.a[tok * p.ab_stride + hv]);
-      bv = __bfloat162float(p.b[tok * p.ab_stride + hv]);
-      load_bf16<EK>(p.q + tok * p.q_stride + kh * K + lane * EK, qf);
-      load_bf16<EK>(p.k + tok * p.k_stride + kh * K + lane * EK, kf);
-      load_bf16<4>(p.v + tok * p.v_stride + hv * V + col0, vf);
+      in.av = gate_in(p, p.a, tok, c.hv);
+      in.bv = gate_in(p, p.b, tok, c.hv);
+      load_qk<K, EK, false>(p, tok, c.kh, lane, in.qf, in.kf);
+      load_v<V>(p, tok, c.hv, c.col0, in.vf);
     }
-    const float g = neg_a * softplus_fast(av + dt_bias);
-    const float decay = g > -64.f ? __expf(g) : 0.f;  // edge rule as decode_kernel
-    const float beta = sigmoid_fast(bv);
-    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
-#pragma unroll
-    for (int e = 0; e < EK; ++e) {
-      ssq = fmaf(qf[e], qf[e], ssq);
-      ssk = fmaf(kf[e], kf[e], ssk);
-      sqk = fmaf(qf[e], kf[e], sqk);
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-      ssq += __shfl_xor_sync(0xffffffffu, ssq, off);
-      ssk += __shfl_xor_sync(0xffffffffu, ssk, off);
-      sqk += __shfl_xor_sync(0xffffffffu, sqk, off);
-    }
-    float iq = p.scale, ik = 1.f;
-    if constexpr (L2) {
-      iq = p.scale * rsqrtf(ssq + 1e-6f);
-      ik = rsqrtf(ssk + 1e-6f);
-    }
-    const float qk = sqk * iq * ik;
-    float* qs = qk_s[warp][par][0];
-    float* ks = qk_s[warp][par][1];
-#pragma unroll
-    for (int e = 0; e < EK; ++e) {
-      qs[lane * EK + e] = qf[e] * iq;
-      ks[lane * EK + e] = kf[e] * ik;
-    }
+    float decay, beta;
+    token_gates<true>(neg_a, in.dt_bias, in.av, in.bv, decay, beta);
+    float iq, ik;
+    const float qk = qk_norms<EK, L2, true>(in.qf, in.kf, p.scale, iq, ik);
+    float* qs = sm.qk[warp][par][0];
+    float* ks = sm.qk[warp][par][1];
+    stage_qk<EK>(qs, ks, in.qf, in.kf, iq, ik, lane);
     __syncwarp();
     if (t == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's own copies
     float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const int row = kt + i * KT;
-      const float kk = ks[row], qq = qs[row];
-      const float4 s = tile[i][threadIdx.x];
-      pk[0] = fmaf(s.x, kk, pk[0]); pk[1] = fmaf(s.y, kk, pk[1]);
-      pk[2] = fmaf(s.z, kk, pk[2]); pk[3] = fmaf(s.w, kk, pk[3]);
-      pq[0] = fmaf(s.x, qq, pq[0]); pq[1] = fmaf(s.y, qq, pq[1]);
-      pq[2] = fmaf(s.z, qq, pq[2]); pq[3] = fmaf(s.w, qq, pq[3]);
+      acc_row(pk, pq, tile[i][threadIdx.x], ks[row], qs[row]);
     }
-#pragma unroll
-    for (int off = LV; off < 32; off <<= 1) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        pk[j] += __shfl_xor_sync(0xffffffffu, pk[j], off);
-        pq[j] += __shfl_xor_sync(0xffffffffu, pq[j], off);
-      }
-    }
-    if constexpr (NW > 1) {
-      if (kq == 0) {
-        *reinterpret_cast<float4*>(&red_s[par][warp][0][cg * 4]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
-        *reinterpret_cast<float4*>(&red_s[par][warp][1][cg * 4]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
-      }
-      __syncthreads();
-      float4 sk = *reinterpret_cast<const float4*>(&red_s[par][0][0][cg * 4]);
-      float4 sq = *reinterpret_cast<const float4*>(&red_s[par][0][1][cg * 4]);
-#pragma unroll
-      for (int w = 1; w < NW; ++w) {
-        const float4 xk = *reinterpret_cast<const float4*>(&red_s[par][w][0][cg * 4]);
-        const float4 xq = *reinterpret_cast<const float4*>(&red_s[par][w][1][cg * 4]);
-        sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
-        sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
-      }
-      pk[0] = sk.x; pk[1] = sk.y; pk[2] = sk.z; pk[3] = sk.w;
-      pq[0] = sq.x; pq[1] = sq.y; pq[2] = sq.z; pq[3] = sq.w;
-    }
+    reduce_cols<K, BV, NW, LV>(pk, pq, sm, par, warp, kq, cg);
     float d[4], o[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      d[j] = beta * (vf[j] - decay * pk[j]);
-      o[j] = fmaf(decay, pq[j], qk * d[j]);
-    }
-    if (kt == 0) store_bf16x4(p.out + tok * out_row + hv * V + col0, o[0], o[1], o[2], o[3]);
+    delta_out(in.vf, pk, pq, decay, beta, qk, d, o);
+    if (kt == 0) store_bf16x4(p.out + tok * out_row + c.hv * V + c.col0, o[0], o[1], o[2], o[3]);
     const bool last = t + 1 == p.t;
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const float kk = ks[kt + i * KT];
       float4 s = tile[i][threadIdx.x];
-      s.x = fmaf(decay, s.x, kk * d[0]);
-      s.y = fmaf(decay, s.y, kk * d[1]);
-      s.z = fmaf(decay, s.z, kk * d[2]);
-      s.w = fmaf(decay, s.w, kk * d[3]);
+      update_row(s, decay, ks[kt + i * KT], d);
       if (last) {
         store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s);
       } else {
@@ -1054,41 +914,6 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
-// Launches the cluster split-K kernel (K = V = 128): grid = rows x heads x CL CTAs in clusters of CL.
-// Devices below compute capability 9.0 run the default register dispatch instead.
-template <int K, int V, int CL, int NW, int MINB = 1>
-dk_status launch_cluster(const Args& a, bool l2, cudaStream_t stream) {
-  static_assert(K == 128 && V == 128, "cluster path: K = V = 128");
-  const int64_t blocks = a.n * a.h_v * CL;
-  if (blocks == 0) return DK_OK;
-  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return dk::launch_status();
-  if (major < 9) return launch_reg<K, V, true, true, false, true>(a, l2, stream);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t e = l2 ? cudaLaunchKernelEx(&cfg, decode_cluster_kernel<K, V, CL, NW, true, MINB>, a)
-                           : cudaLaunchKernelEx(&cfg, decode_cluster_kernel<K, V, CL, NW, false, MINB>, a);
-  if (e != cudaSuccess) {
-    dk::set_last_cuda_error(static_cast<int>(e));
-    return DK_ERR_CUDA;
-  }
-  return dk::launch_status();
-}
-
-
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
@@ -1123,15 +948,14 @@ constexpr int64_t kWholeHeadMaxHeads = 400;
 // register tile (BV = 128, 4 warps, 3 CTAs/SM) for every K = V = 128 call (any T, any batch; measured
 // 6-16% ahead of FLA at T = 4); "reg_pre_bv128" = "reg_pre" for T = 1 and the whole-head PRE tile for
 // T > 1 with >= 256 (row, head) pairs (K = V = 128; a candidate default); "reg_fg" = the same tiles with the FG kernels (PRE + gating /
-// norm math through the hardware approximations; a candidate default); "cl8_nw1", "cl4_nw2", "cl2_nw4" = the cluster
-// split-K kernel (decode_cluster_kernel: CL CTAs per head, NW warps each, registers capped at 128, no spills) for
-// every K = V = 128 call (other K, V: the default dispatch); "sl_bv64_nw1", "sl_bv64_nw2" = the
-// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 warps) likewise. Small head dims are
-// unaffected.
+// norm math through the hardware approximations; a candidate default); "sl_bv64_nw1", "sl_bv64_nw2" = the
+// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 warps) for every K = V = 128 call (other
+// K, V: the default dispatch). Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured
+// 1.03-2x slower on an H200 and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md.)
 // For tests and measurements.
 enum class Path {
   kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
-  kCl8Nw1, kCl4Nw2, kCl2Nw4, kSl64Nw1, kSl64Nw2
+  kSl64Nw1, kSl64Nw2
 };
 
 inline Path path_selected() {
@@ -1148,9 +972,6 @@ inline Path path_selected() {
     if (std::strcmp(e, "reg_pre_bv128") == 0) return Path::kRegPreBv128;
     if (std::strcmp(e, "reg_fg") == 0) return Path::kRegFg;
     if (std::strcmp(e, "reg_exact") == 0) return Path::kRegExact;
-    if (std::strcmp(e, "cl8_nw1") == 0) return Path::kCl8Nw1;
-    if (std::strcmp(e, "cl4_nw2") == 0) return Path::kCl4Nw2;
-    if (std::strcmp(e, "cl2_nw4") == 0) return Path::kCl2Nw4;
     if (std::strcmp(e, "sl_bv64_nw1") == 0) return Path::kSl64Nw1;
     if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
     return Path::kAuto;
@@ -1204,14 +1025,6 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
     }
     return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
   }
-  if (path == Path::kCl8Nw1 || path == Path::kCl4Nw2 || path == Path::kCl2Nw4) {
-    if constexpr (K == 128 && V == 128) {
-      if (path == Path::kCl8Nw1) return launch_cluster<K, V, 8, 1, 16>(a, l2, stream);
-      if (path == Path::kCl4Nw2) return launch_cluster<K, V, 4, 2, 8>(a, l2, stream);
-      return launch_cluster<K, V, 2, 4, 4>(a, l2, stream);
-    }
-    return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
-  }
   if (path == Path::kRegPre || path == Path::kRegBv128 || path == Path::kRegPreBv128 || path == Path::kRegFg) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kRegPre) return launch_reg<K, V, true>(a, l2, stream);
@@ -1234,6 +1047,32 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
 template <int K, int V>
 dk_status launch_small(const Args& a, bool l2, cudaStream_t stream) {
   return launch_cfg<K, V, 16, 1>(a, l2, stream);
+}
+
+// The kernels' arguments from the C ABI parameters (pointers reinterpreted, nothing checked: callers validate).
+inline Args args_of(const DkGdrDecodeParams* p) {
+  Args a;
+  a.q = reinterpret_cast<const __nv_bfloat16*>(p->q);
+  a.k = reinterpret_cast<const __nv_bfloat16*>(p->k);
+  a.v = reinterpret_cast<const __nv_bfloat16*>(p->v);
+  a.a = reinterpret_cast<const __nv_bfloat16*>(p->a);
+  a.b = reinterpret_cast<const __nv_bfloat16*>(p->b);
+  a.a_log = reinterpret_cast<const float*>(p->a_log);
+  a.dt_bias = reinterpret_cast<const float*>(p->dt_bias);
+  a.slots = reinterpret_cast<const int32_t*>(p->slots);
+  a.state = reinterpret_cast<float*>(p->state);
+  a.out = reinterpret_cast<__nv_bfloat16*>(p->out);
+  a.n = p->n;
+  a.t = p->t;
+  a.h_k = p->h_k;
+  a.h_v = p->h_v;
+  a.num_slots = p->num_slots;
+  a.q_stride = p->q_stride;
+  a.k_stride = p->k_stride;
+  a.v_stride = p->v_stride;
+  a.ab_stride = p->ab_stride;
+  a.scale = p->scale;
+  return a;
 }
 
 }  // namespace gdr_decode_impl
@@ -1261,27 +1100,7 @@ extern "C" dk_status dk_gdr_decode(const DkGdrDecodeParams* p, dk_stream_t strea
       p->v_stride < p->h_v * p->v_dim || p->ab_stride < p->h_v)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->q_stride % 8 != 0 || p->k_stride % 8 != 0 || p->v_stride % 8 != 0) return DK_ERR_INVALID_ARGUMENT;
-  Args a;
-  a.q = reinterpret_cast<const __nv_bfloat16*>(p->q);
-  a.k = reinterpret_cast<const __nv_bfloat16*>(p->k);
-  a.v = reinterpret_cast<const __nv_bfloat16*>(p->v);
-  a.a = reinterpret_cast<const __nv_bfloat16*>(p->a);
-  a.b = reinterpret_cast<const __nv_bfloat16*>(p->b);
-  a.a_log = reinterpret_cast<const float*>(p->a_log);
-  a.dt_bias = reinterpret_cast<const float*>(p->dt_bias);
-  a.slots = reinterpret_cast<const int32_t*>(p->slots);
-  a.state = reinterpret_cast<float*>(p->state);
-  a.out = reinterpret_cast<__nv_bfloat16*>(p->out);
-  a.n = p->n;
-  a.t = p->t;
-  a.h_k = p->h_k;
-  a.h_v = p->h_v;
-  a.num_slots = p->num_slots;
-  a.q_stride = p->q_stride;
-  a.k_stride = p->k_stride;
-  a.v_stride = p->v_stride;
-  a.ab_stride = p->ab_stride;
-  a.scale = p->scale;
+  const Args a = args_of(p);
   const bool l2 = p->use_qk_l2norm != 0;
   if (p->k_dim < 64 || p->v_dim < 64) {
     switch (p->k_dim * 1000 + p->v_dim) {
