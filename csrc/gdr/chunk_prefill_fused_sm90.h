@@ -1,5 +1,7 @@
-/* gdr.chunk_prefill for sm_90a as ONE fused kernel (csrc/gdr/chunk_prefill_fused_sm90.cu): opt-in in the library
- * (DELTAKIT_GDR_PREFILL=fused, src/ops/gdr/chunk_prefill.rs); declared here, not through bindgen. */
+/* gdr.chunk_prefill for sm_90a, the split pipeline (csrc/gdr/chunk_prefill_fused_sm90.cu; the default on sm_90a in
+ * src/ops/gdr/chunk_prefill.rs, DELTAKIT_GDR_PREFILL=split); declared here, not through bindgen. The session-4 one-kernel
+ * "fused" entry point (dk_gdr_chunk_prefill_fused_sm90) was removed in session 5: slower than the split pipeline at
+ * every benchmark shape (docs/benchmarks/2026-12-01-gdr-prefill-s5.md). */
 #ifndef DELTAKIT_GDR_CHUNK_PREFILL_FUSED_SM90_H
 #define DELTAKIT_GDR_CHUNK_PREFILL_FUSED_SM90_H
 #include "../include/deltakit.h"
@@ -8,26 +10,20 @@
 extern "C" {
 #endif
 
-/** The whole gdr.chunk_prefill (K = 128, V a multiple of 64) in one launch: q, k bf16 [T, H_k, K] (token strides
- * q_stride / k_stride, elements), v bf16 [T, H_v, V] (v_stride), gating precomputed (fused = 0: g, beta f32 [T, H_v])
- * or fused (fused = 1: a, b bf16 [T, H_v] with token stride ab_stride, a_log, dt_bias f32 [H_v]), cu_seqlens i32
- * [N + 1], slots i32 [N] (-1 / out of range = padding: zero output rows, state untouched), init i32 [N]
+/** Arguments of the split pipeline (gdr.chunk_prefill, K = 128, V a multiple of 64, V >= 128): q, k bf16 [T, H_k, K]
+ * (token strides q_stride / k_stride, elements), v bf16 [T, H_v, V] (v_stride), gating precomputed (fused = 0: g, beta
+ * f32 [T, H_v]) or fused (fused = 1: a, b bf16 [T, H_v] with token stride ab_stride, a_log, dt_bias f32 [H_v]),
+ * cu_seqlens i32 [N + 1], slots i32 [N] (-1 / out of range = padding: zero output rows, state untouched), init i32 [N]
  * (init_mode 2), state f32 [num_slots, H_v, K, V] (in place), out bf16 [T, H_v, V] (contiguous). init_mode: 0 zeros,
- * 1 from slots, 2 per-sequence flags. use_l2: q / k L2 norm in f32; scale multiplies q. No workspace.
- * variant: 0 or 1 (same results; see the .cu). */
+ * 1 from slots, 2 per-sequence flags. use_l2: q / k L2 norm in f32; scale multiplies q. variant: see
+ * dk_gdr_chunk_prefill_split_sm90. (The name is the removed fused kernel's; the layout is unchanged.) */
 typedef struct DkGdrPrefillFusedParams {
   uint64_t q, k, v, g, beta, a, b, a_log, dt_bias, cu_seqlens, slots, init, state, out;
   int64_t num_tokens, num_seqs, num_slots, h_k, h_v, k_dim, v_dim, q_stride, k_stride, v_stride, ab_stride;
   int32_t use_l2, init_mode, fused;
   float scale;
-  int32_t variant; /* 0: load a chunk once its stage is free; 1: prefetch chunk c + 1 into a third input buffer */
+  int32_t variant; /* dk_gdr_chunk_prefill_split_sm90 variant bits */
 } DkGdrPrefillFusedParams;
-
-/** Launches the fused prefill on `stream`. DK_ERR_UNSUPPORTED (nothing enqueued) on a device that is not sm_90 or
- * for K != 128 / V % 64 != 0, DK_ERR_NO_KERNEL_IMAGE (nothing enqueued) when this build has no sm_90a image of the
- * kernel for the device (DELTAKIT_CUDA_ARCHS without 90a: the sm_90 / lower-arch body is compiled out): the caller
- * then runs the portable Triton pipeline. */
-dk_status dk_gdr_chunk_prefill_fused_sm90(const DkGdrPrefillFusedParams *p, dk_stream_t stream);
 
 /** Workspace regions of the split pipeline (DELTAKIT_GDR_PREFILL=split): coff i32 [N + 1] and cseq i32 [nt] as the
  * Triton chunk_offsets / chunk_map kernels leave them (first chunk id of each sequence, clamped to nt; sequence of
@@ -44,7 +40,8 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
 
 /** The split pipeline's two CUDA launches on `stream` (after the caller's chunk_offsets / chunk_map): the local pass
  * (grid (nt, H_v): one stage image per chunk and value head) and the state kernel (grid (N, H_v, V / 64)). Same
- * arguments and results as dk_gdr_chunk_prefill_fused_sm90. variant bits: 2 = clock64 phase profile of the state
+ * arguments as DkGdrPrefillFusedParams describes; DK_ERR_UNSUPPORTED / DK_ERR_NO_KERNEL_IMAGE as the _check (nothing
+ * enqueued: the caller then runs the portable Triton pipeline). variant bits: 2 = clock64 phase profile of the state
  * warps (printed once per process), 4 = local pass only, 8 = state kernel only (timing splits; wrong results),
  * 16 = the state kernel with every state-side product on wgmma (split_wg_kernel; 18 = 16 + 2, 24 = 16 + 8). */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,

@@ -16,7 +16,7 @@
 #   tests      the GPU test binaries in .gpu-gdr/bin (DELTAKIT_REQUIRE_GPU=1)
 #   pipes      the chunk-prefill test binary again under DELTAKIT_GDR_PREFILL=$PIPES (default: f32w sm90 --
 #              the round-1 entries and the opt-in sm_90a CUDA state pass; the int64 test only under wsplit / sm90 /
-#              fused)
+#              split)
 #   sanitize   compute-sanitizer memcheck / racecheck (SAN_SPECS: ;-separated tool:binary:DELTAKIT_GDR_PREFILL:filters)
 #   anchors    one harness process per prefill shape ($PREFILL_SHAPES), each: first calls (FlashInfer compile, FLA
 #              autotune for $FLA_SHAPES) while the tests run, then -- after the tests, one process at a time
@@ -26,7 +26,7 @@
 #   decode     gdr.decode rows (warm + cold, 27B TP1 / TP2, batch 1..256) + the tile sweep, same lock
 #   ncu        ncu --set full on gdr.decode at 27B TP2 batch 16
 #   benchpipes the criterion bench of gdr.chunk_prefill (.gpu-gdr/bench_gdr_chunk_prefill.xz, GDR_BUNDLE_BENCH=1)
-#              once per DELTAKIT_GDR_PREFILL in $BENCH_PIPES (default: wsplit_splitz fused), after the tests, alone
+#              once per DELTAKIT_GDR_PREFILL in $BENCH_PIPES (default: wsplit_splitz split), after the tests, alone
 set -uo pipefail
 out="${OUT:-/tmp/gdr-call}"
 mkdir -p "$out"
@@ -105,7 +105,7 @@ if has pipes; then
   bin=$(ls /tmp/gdrbin/gdr_chunk_prefill-* | head -n 1)
   for pipe in ${PIPES:-f32w sm90}; do
     skip="--skip long_sequence_int64_offsets"
-    [ "$pipe" = wsplit ] || [ "$pipe" = sm90 ] || [ "$pipe" = fused ] && skip=""
+    [ "$pipe" = wsplit ] || [ "$pipe" = sm90 ] || [ "$pipe" = split ] && skip=""
     (DELTAKIT_GDR_PREFILL=$pipe timeout "${TEST_TIMEOUT:-200}" "$bin" --test-threads 4 --nocapture $skip \
        >"/tmp/gdrlog_test_pipe_$pipe.log" 2>&1; echo "rc=$?" >>"/tmp/gdrlog_test_pipe_$pipe.log") &
     pids+=($!)
@@ -146,7 +146,7 @@ for p in "${apids[@]}"; do wait "$p"; done
 summary+=("harness done at $(el)")
 if has benchpipes; then
   xz -dc .gpu-gdr/bench_gdr_chunk_prefill.xz >/tmp/bench_gdr_cp && chmod +x /tmp/bench_gdr_cp
-  for pipe in ${BENCH_PIPES:-wsplit_splitz fused}; do
+  for pipe in ${BENCH_PIPES:-wsplit_splitz split}; do
     echo "=== DELTAKIT_GDR_PREFILL=$pipe" >>"$out/bench.log"
     DELTAKIT_GDR_PREFILL=$pipe timeout "${BENCH_TIMEOUT:-120}" /tmp/bench_gdr_cp --bench >>"$out/bench.log" 2>&1
     echo "rc=$?" >>"$out/bench.log"

@@ -277,9 +277,9 @@ struct WsplitKernels {
 }
 
 /// Which pipeline [`chunk_prefill`] runs ([`pipeline_selected`]). The CUDA pipelines
-/// ([`PrefillPipeline::Split`], [`PrefillPipeline::Fused`], [`PrefillPipeline::FusedV0`]) take
-/// `K = 128`, `V` a multiple of 64 (split: and at least 128) on sm_90a; the Triton variants apply
-/// to `K = V = 128`; every other head dim pair runs [`PrefillPipeline::F32W`].
+/// ([`PrefillPipeline::Split`]) take `K = 128`, `V` a multiple of 64 and at least 128 on sm_90a;
+/// the Triton variants apply to `K = V = 128`; every other head dim pair runs
+/// [`PrefillPipeline::F32W`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillPipeline {
     /// Round 1: f32 W and U between the W/U and state passes, one W/U program per (chunk, head)
@@ -303,45 +303,26 @@ pub enum PrefillPipeline {
     /// an sm_90a image (`DELTAKIT_CUDA_ARCHS` lacking `90a`) runs [`PrefillPipeline::WsplitSplitz`]
     /// instead, decided before anything is enqueued.
     Sm90State,
-    /// The whole call as ONE sm_90a CUDA kernel (`csrc/gdr/chunk_prefill_fused_sm90.cu`,
-    /// `DELTAKIT_GDR_PREFILL=fused`, opt-in): per (sequence, value head, 64 value columns) one CTA
-    /// keeps the f32 state in registers across the sequence's chunks, builds `K K^T`, the
-    /// triangular inverse and `Q K^T` of the next chunk in four warps while four others run the
-    /// state-dependent products of the current one (mma.sync bf16, f32 accumulate, bf16 hi / lo
-    /// splits where the Triton pipeline splits); no workspace traffic. `K = 128` and `V` a multiple
-    /// of 64 on a compute-capability 9.0 device with an sm_90a image in the build; every other case
-    /// (a device that is not sm_90, `DELTAKIT_CUDA_ARCHS` lacking `90a`) runs
-    /// [`PrefillPipeline::WsplitSplitz`] / [`PrefillPipeline::F32W`] as without it (nothing of the
-    /// fused kernel enqueued). Kernel variant 1: chunk `c + 1`'s inputs are prefetched while chunk
-    /// `c` is computed. H200, 2026-12-01: passes the chunk-prefill GPU tests and memcheck;
-    /// racecheck reports the Tb stage hand-off (named barriers, `bar.arrive` / `bar.sync`) as
-    /// hazards, as it does for a correct minimal program with that hand-off
-    /// (`tools/tune/racecheck_probe.cu` modes 0 / 1; mbarrier and `__syncthreads` modes: none), so
-    /// most likely a false positive of the tool. 1.229 / 1.232 / 4.868 / 9.805 ms at 27B TP1 / TP2
-    /// 1 x 8192, 9B 8 x 8192 / 1 x 65536 vs the default's 1.307 / 0.795 / 7.212 / 7.646: slower at
-    /// TP2 and 9B 1 x 65536, so it stays opt-in.
-    Fused,
-    /// [`PrefillPipeline::Fused`], kernel variant 0 (each chunk's inputs loaded once its stage is
-    /// free; `DELTAKIT_GDR_PREFILL=fused_v0`, for measurements).
-    FusedV0,
-    /// The default (`DELTAKIT_GDR_PREFILL=split` or unset): the fused kernel's arithmetic in two
-    /// sm_90a launches (`csrc/gdr/chunk_prefill_fused_sm90.cu`). After the Triton chunk-offset /
-    /// chunk-map launches, a local pass (grid chunks x value heads, 3 CTAs per SM) computes each
-    /// chunk's gating, norms, `Q K^T`, `(I + A)^-1` and `Tb` once per head into the workspace's
+    /// The default (`DELTAKIT_GDR_PREFILL=split` or unset): the arithmetic of session 4's
+    /// one-kernel `fused` pipeline (removed in session 5: slower at every measured shape,
+    /// docs/benchmarks/2026-12-01-gdr-prefill-s5.md) in two sm_90a launches
+    /// (`csrc/gdr/chunk_prefill_fused_sm90.cu`). After the Triton chunk-offset / chunk-map
+    /// launches, a local pass (grid chunks x value heads, 3 CTAs per SM) computes each chunk's
+    /// gating, norms, `Q K^T`, `(I + A)^-1` and `Tb` once per head into the workspace's
     /// per-chunk-state region (26,880 bytes per chunk and head), then the state kernel (grid
-    /// sequences x value heads x `V / 64`) runs only the state-dependent products on wgmma (A =
-    /// the state / corrections from registers, B = K / Q / `Tb` / `P` tiles from shared memory),
-    /// four warps copying each chunk's inputs and local results into a 3-stage ring. `K = 128`,
-    /// `V` a multiple of 64 and at least 128 on a compute-capability 9.0 device with an sm_90a
-    /// image; otherwise [`PrefillPipeline::WsplitSplitz`] (Triton), decided before anything is
-    /// enqueued. H200, 2026-12-01: every chunk-prefill GPU test and memcheck pass; 0.531 / 0.417 /
-    /// 2.455 / 3.514 ms at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (Triton 1.304 / 0.793 /
-    /// 7.202 / 7.612, FlashInfer 0.393 / 0.232 / 1.008 / 1.657).
+    /// sequences x value heads x `V / 64`) runs only the state-dependent products on wgmma (A = the
+    /// state / corrections from registers, B = K / Q / `Tb` / `P` tiles from shared memory), four
+    /// warps copying each chunk's inputs and local results into a 3-stage ring. `K = 128`, `V` a
+    /// multiple of 64 and at least 128 on a compute-capability 9.0 device with an sm_90a image;
+    /// otherwise [`PrefillPipeline::WsplitSplitz`] (Triton), decided before anything is enqueued.
+    /// H200, 2026-12-01: every chunk-prefill GPU test and memcheck pass; 0.531 / 0.417 / 2.455 /
+    /// 3.514 ms at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (Triton 1.304 / 0.793 / 7.202 /
+    /// 7.612, FlashInfer 0.393 / 0.232 / 1.008 / 1.657).
     Split,
 }
 
 /// The pipeline [`chunk_prefill`] runs, from `DELTAKIT_GDR_PREFILL` (read once per process):
-/// `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90`, `fused`, `fused_v0`, `split` select
+/// `f32w`, `wsplit`, `splitz`, `wsplit_splitz`, `sm90`, `split` select
 /// [`PrefillPipeline`]'s variants; unset or anything else runs the default
 /// ([`PrefillPipeline::Split`], which falls back to [`PrefillPipeline::WsplitSplitz`] where it
 /// cannot run). The Triton variants compute the same products (bit-identical outputs and states
@@ -364,23 +345,10 @@ pub fn pipeline_selected() -> PrefillPipeline {
             "splitz" => PrefillPipeline::Splitz,
             "wsplit_splitz" => PrefillPipeline::WsplitSplitz,
             "sm90" => PrefillPipeline::Sm90State,
-            "fused" => PrefillPipeline::Fused,
-            "fused_v0" => PrefillPipeline::FusedV0,
             "split" => PrefillPipeline::Split,
             _ => DEFAULT_PIPELINE,
         }
     })
-}
-
-/// `DELTAKIT_GDR_FUSED_VARIANT` (read once per process; measurements only): forces the fused
-/// kernel's variant (`csrc/gdr/chunk_prefill_fused_sm90.cu`: 0, 1, 3, 5, 7, 9, 17, 19, 21; bit 1
-/// prints a clock64 phase profile once per process, bit 2 uses MUFU exp for the decay factors,
-/// bit 3 hands stages over with `bar.sync` on both sides, bit 4 batches the ldmatrix loads ahead of
-/// non-volatile mma). Unset or unparsable: none; an uninstantiated variant is
-/// [`Error::Launch`] `DK_ERR_INVALID_ARGUMENT`.
-fn fused_variant_override() -> Option<i32> {
-    static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("DELTAKIT_GDR_FUSED_VARIANT").ok()?.trim().parse().ok())
 }
 
 /// `DELTAKIT_GDR_SPLIT_VARIANT` (read once per process; measurements only): the split pipeline's
@@ -409,9 +377,9 @@ const SPLIT_VARIANT: i32 = 16;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
-/// [`PrefillPipeline::Sm90State`]). `false` for [`PrefillPipeline::Fused`] /
-/// [`PrefillPipeline::FusedV0`], although where their kernel cannot run the fallback
-/// ([`PrefillPipeline::WsplitSplitz`]) stores planes (in the same workspace bytes as f32 W).
+/// [`PrefillPipeline::Sm90State`]). `false` for [`PrefillPipeline::Split`], although where its
+/// kernels cannot run the fallback ([`PrefillPipeline::WsplitSplitz`]) stores planes (in the
+/// same workspace bytes as f32 W).
 #[must_use]
 pub fn wsplit_selected() -> bool {
     matches!(
@@ -447,7 +415,8 @@ struct StateSm90Params {
 }
 
 /// `DkGdrPrefillFusedParams` of `csrc/gdr/chunk_prefill_fused_sm90.h` (declared here, not through
-/// bindgen: the kernel is opt-in and its header is not part of `deltakit.h`).
+/// bindgen: its header is not part of `deltakit.h`): the split pipeline's arguments (the name is
+/// that of the removed one-kernel `fused` pipeline).
 #[repr(C)]
 struct PrefillFusedParams {
     q: u64,
@@ -501,12 +470,6 @@ extern "C" {
     fn dk_gdr_chunk_prefill_split_sm90(
         p: *const PrefillFusedParams,
         ws: *const PrefillSplitWs,
-        stream: ffi::dk_stream_t,
-    ) -> ffi::dk_status;
-    /// `csrc/gdr/chunk_prefill_fused_sm90.cu`: the whole prefill in one sm_90a kernel (`K = 128`,
-    /// `V % 64 == 0`; `DK_ERR_UNSUPPORTED` with nothing enqueued otherwise or off sm_90).
-    fn dk_gdr_chunk_prefill_fused_sm90(
-        p: *const PrefillFusedParams,
         stream: ffi::dk_stream_t,
     ) -> ffi::dk_status;
     /// `csrc/gdr/chunk_prefill_sm90.cu`: the state pass for sm_90a (`K = V = 128`, W planes).
@@ -935,21 +898,6 @@ pub fn chunk_prefill(
                     );
                 }
             }
-        }
-    }
-    if matches!(pipe, PrefillPipeline::Fused | PrefillPipeline::FusedV0) {
-        let prm = fused_prm(
-            fused_variant_override().unwrap_or_else(|| i32::from(pipe == PrefillPipeline::Fused)),
-        );
-        // SAFETY: as for the launches below (pointers live in the stream's context, lengths and
-        // strides checked above); the kernel clamps cu_seqlens and treats bad slots as padding.
-        // DK_ERR_UNSUPPORTED (K != 128, V % 64 != 0, not sm_90) and DK_ERR_NO_KERNEL_IMAGE (a
-        // build without an sm_90a image) enqueue nothing: the Triton pipeline runs instead.
-        match unsafe { dk_gdr_chunk_prefill_fused_sm90(&raw const prm, s) } {
-            ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
-                pipe = TRITON_PIPELINE;
-            }
-            st => return check(OP, st),
         }
     }
     // The sm_90a state pass runs after the W/U pass: every check of its launcher is made here,
