@@ -42,7 +42,6 @@
 #include <cuda.h>  // CUtensorMap and its enums (the encoder is fetched from the driver at run time)
 
 #include <atomic>
-#include <type_traits>
 
 #include "../common/launch.cuh"
 #include "sm90_wgmma.cuh"
@@ -106,21 +105,13 @@ constexpr int kBM = 128;
 //      the next block's Q half (prefetched into L2) as soon as its consumer warpgroup released it.
 //      H200: correct, but 7-10% slower than 19 at 8k/32k (its wgmma descriptors went through
 //      R2UR: the ring position in the stage index), equal on varlen.
-//  25-27 (NOT DISPATCHED, kept for the next attempt): 25 = 23 with PHANTOM stages (an odd
-//      block's producers publish one empty stage, so every block starts at stage 0) and the tile
-//      loop unrolled by two (compile-time stages); 26 = 25 with OVERLAP: the Q half released
-//      after the block's last QK^T (the V pair loads Q half 1 before its tiles), the next block's
-//      first QK^T issued before this block's output is written directly from registers; 27 = 26
-//      with at most 8 CTAs. History (H200, session 5): the first build had wgmma issued under
-//      `if (have)` branches (ptxas C7518: every wgmma serialized; 25 ran 27B TP1 2k in 183 us vs
-//      120) and 26 deadlocked (the V pair loaded Q half 1 after two V tiles whose stage needed
-//      warpgroup 1's first QK^T of the block); the rebuilt one has neither (small cases pass,
-//      incl. 27) but its K/V stage base is hoisted into a vector register again (55-75 R2UR per
-//      tile) and it spills 176-192 bytes: varlen 8 x 2048 25 376, 26 264 TFLOP/s (19: 426).
+//  (25-27, removed after session 5, code in commit 2f9f0d1, numbers in
+//      docs/benchmarks/2026-12-01-attn-s5.md: 23 with PHANTOM stages -- an odd block's producers
+//      publish one empty stage so every block starts at stage 0, tile loop unrolled by two -- and
+//      OVERLAP of a block's direct output with the next block's first QK^T; on an H200 still
+//      55-75 R2UR per tile, 176-192 B spills, varlen 8 x 2048 at 0.88x / 0.62x variant 19.)
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-// Dispatched: 0-24. The PHANTOM / OVERLAP configurations 25-27 (prefill_persist_kernel) are
-// kept for the next attempt but not instantiated: on an H200 (session 5) 25 / 26 ran 0.88x /
-// 0.62x variant 19 on varlen 8 x 2048 (see the variant list).
+// Dispatched: 0-24.
 constexpr int kVariants = 25;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
@@ -143,13 +134,9 @@ struct Cfg<256, VAR> {
                             (VAR <= 15 ? VAR % 2 == 0 : (VAR >= 23 || VAR % 2 == 1));
   static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20 || VAR >= 23;
   static constexpr bool STAGED = VAR >= 19;
-  // 23-27: the persistent kernel (prefill_persist_kernel); 25-27 with the PHANTOM ring
-  // alignment, 26/27 with the OVERLAP of a block's output with the next block's first QK^T;
-  // 24 and 27 at most 8 CTAs (test variants).
+  // 23/24: the persistent kernel (prefill_persist_kernel); 24 at most 8 CTAs (a test variant).
   static constexpr bool PERSIST = VAR >= 23;
-  static constexpr bool PHANTOM = VAR >= 25;
-  static constexpr bool OVERLAP = VAR == 26 || VAR == 27;
-  static constexpr bool CAP8 = VAR == 24 || VAR == 27;
+  static constexpr bool CAP8 = VAR == 24;
   // The same tiles in the kv-head-major order (LPT grids above 2^31 blocks; 10-13, 16 -> 7).
   static constexpr int NO_LPT = VAR == 14                ? 17
                                 : VAR == 15              ? 18
@@ -174,8 +161,6 @@ struct Cfg<128, VAR> {
   static constexpr bool LPT = false;
   static constexpr bool STAGED = false;
   static constexpr bool PERSIST = false;
-  static constexpr bool PHANTOM = false;
-  static constexpr bool OVERLAP = false;
   static constexpr bool CAP8 = false;
   static constexpr int NO_LPT = VAR;
 };
@@ -195,8 +180,6 @@ struct Cfg<64, VAR> {
   static constexpr bool LPT = false;
   static constexpr bool STAGED = false;
   static constexpr bool PERSIST = false;
-  static constexpr bool PHANTOM = false;
-  static constexpr bool OVERLAP = false;
   static constexpr bool CAP8 = false;
   static constexpr int NO_LPT = VAR;
 };
@@ -1191,16 +1174,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         cp_async_arrive(full_q(kv));
       };
-      // OVERLAP: the V pair loads Q half 1 before the block's V tiles (warpgroup 1 issues the
-      // block's first QK^T before it releases the previous block's last V stage).
-      const int qat = (C::OVERLAP && kv == 1) ? 0 : min(ST, n_tiles);
+      const int qat = min(ST, n_tiles);
       int crow = crow_of(0);
 #pragma unroll 1
       for (int j = 0; j < n_tiles; ++j) {
         if (j == qat) load_q();
         const uint32_t g = gt + uint32_t(j);
-        // PHANTOM: every block starts at an even ring position (stage j & 1).
-        const int s = C::PHANTOM ? (j & 1) : int(g % ST);
+        const int s = int(g % ST);
         const uint32_t fb = kv == 0 ? full_k(s) : full_v(s);
         if (g >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), ((g / ST) - 1u) & 1u);
         if ((j + 1) * BN <= kv_end) {
@@ -1239,20 +1219,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (j + 1 < n_tiles) crow = crow_of(j + 1);
       }
-      if constexpr (C::PHANTOM) {
-        // An odd block publishes one empty stage (no data) so the next block starts at an even
-        // ring position: the consumers' stage index is then the tile index's parity, a uniform
-        // value (with the ring position in it, their wgmma descriptors went through R2UR:
-        // ~108 more instructions per iteration and 7-10% slower at 8k/32k, variant 23).
-        // Before load_q: the phantom never waits for a Q release.
-        if (n_tiles & 1) {
-          const uint32_t g = gt + uint32_t(n_tiles);
-          if (g >= ST) mbar_wait(kv == 0 ? empty_k(1) : empty_v(1), ((g / ST) - 1u) & 1u);
-          mbar_arrive(kv == 0 ? full_k(1) : full_v(1));
-        }
-      }
       if (qat == n_tiles) load_q();
-      gt += uint32_t(n_tiles) + (C::PHANTOM ? uint32_t(n_tiles & 1) : 0u);
+      gt += uint32_t(n_tiles);
       ++nq;
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
@@ -1306,386 +1274,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  // PHANTOM: the empty stage an odd block's producer pairs publish (tile g, stage 1): waited for
-  // and handed back like a consumed tile.
-  auto phantom = [&](uint32_t g) {
-    mbar_wait(full_k(1), (g / ST) & 1u);
-    mbar_wait(full_v(1), (g / ST) & 1u);
-    mbar_arrive(empty_k(1));
-    mbar_arrive(empty_v(1));
-  };
   // Warpgroup 1 opens warpgroup 0's first turn once; every block then hands the turn over after
   // each issue (also the last), and warpgroup 0 takes the one left over at the end.
   if (w == 1) turn_pass();
-  if constexpr (C::PHANTOM) {
-    // ---- variants 25-27: PHANTOM ring (every block starts at stage 0), the tile loop unrolled
-    // by two so each half's stages are compile-time constants (uniform wgmma descriptors: with
-    // the ring position or a vector loop counter in them, 23 issued every descriptor through
-    // R2UR), OVERLAP (26/27): the Q half is released after the block's last QK^T, the next
-    // block's first QK^T is issued before this block's output is written (direct stores).
-    constexpr bool OV = C::OVERLAP;
-    using I0 = std::integral_constant<int, 0>;
-    using I1 = std::integral_constant<int, 1>;
-    struct Blk {
-      int kv_end, n_tiles, n_full, qpos0, qpos1, m0, rows_total, bos, kvh;
-    };
-    auto make_blk = [&]() {  // from block_of's variables
-      Blk b;
-      const int tok_lo = m0 / G;
-      const int tok_hi = min(m0 + kBM - 1, rows_total - 1) / G;
-      b.kv_end = ctx + tok_hi + 1;
-      b.n_tiles = (b.kv_end + BN - 1) / BN;
-      b.n_full = (ctx + tok_lo + 1) / BN;
-      const int vr0 = m0 + r_lo;
-      b.qpos0 = ctx + min(vr0, rows_total - 1) / G;
-      b.qpos1 = ctx + min(vr0 + 8, rows_total - 1) / G;
-      b.m0 = m0;
-      b.rows_total = rows_total;
-      b.bos = bos;
-      b.kvh = kvh;
-      return b;
-    };
-    uint32_t k = 0;
-    auto advance = [&]() -> bool {  // the next block of this CTA (zeroing padding rows)
-#pragma unroll 1
-      for (;; ++k) {
-        const int kind = block_of(k);
-        if (kind == 0) return false;
-        if (kind == 2) zero_rows();
-        if (kind == 3) {
-          ++k;
-          return true;
-        }
-      }
-    };
-    auto kv_base = [&]() {
-      return ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
-    };
-    auto par = [&](uint32_t gt, int j) { return ((gt >> 1) + uint32_t(j >> 1)) & 1u; };
-    float o[NO];
-    float s[NS];
-    uint32_t pa[NS / 2];
-    float m_0, m_1, l_0, l_1, pal0, pal1;
-    auto reset = [&]() {
-#pragma unroll
-      for (int i = 0; i < NO; ++i) o[i] = 0.f;
-      m_0 = -INFINITY;
-      m_1 = -INFINITY;
-      l_0 = 0.f;
-      l_1 = 0.f;
-      pal0 = 1.f;
-      pal1 = 1.f;
-    };
-    auto issue_qk = [&](auto stc, const Blk& b, uint32_t gt, int j) {
-      constexpr int S = decltype(stc)::value;
-      mbar_wait(full_k(S), par(gt, j));
-      if ((j + 1) * BN > b.kv_end) fence_proxy_async();  // cp.async (partial) tile
-      const uint64_t dk = make_desc(kv_base() + uint32_t(2 * S) * TILE, 16, 1024);
-      uint64_t dqv = dq;
-      asm volatile("" : "+l"(dqv));
-      wgmma_fence();
-#pragma unroll
-      for (int kc = 0; kc < HD / 16; ++kc) {
-        const uint64_t oq = uint64_t(((kc / 4) * kBM * 128 + (kc % 4) * 32) >> 4);
-        const uint64_t ok = uint64_t(((kc / 4) * BN * 128 + (kc % 4) * 32) >> 4);
-        if (kc == 0) {
-          qk_gemm<NS>(s, dqv + oq, dk + ok);
-        } else {
-          qk_gemm_acc<NS>(s, dqv + oq, dk + ok);
-        }
-      }
-      wgmma_commit();
-    };
-    auto issue_pv = [&](auto stc, const Blk& b, uint32_t gt, int j) {
-      constexpr int S = decltype(stc)::value;
-      mbar_wait(full_v(S), par(gt, j));
-      if ((j + 1) * BN > b.kv_end) fence_proxy_async();
-      const uint64_t dv = make_desc(kv_base() + uint32_t(2 * S + 1) * TILE, BN * 128, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
-      }
-      wgmma_commit();
-    };
-    auto softmax = [&](const Blk& b, int j, float& mn0, float& mn1, float& ls0, float& ls1) {
-      const bool masked = j >= b.n_full;
-      const int col0 = j * BN + 2 * (lane % 4);
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < NS / 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[4 * i + e];
-          if (masked) {
-            const int pos = col0 + 8 * i + (e & 1);
-            if (pos > (e < 2 ? b.qpos0 : b.qpos1)) x = -INFINITY;
-          }
-          s[4 * i + e] = x;
-        }
-        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      mx0 = fmaxf(mn0, mx0 * cl2);
-      mx1 = fmaxf(mn1, mx1 * cl2);
-      mn0 = mx0;
-      mn1 = mx1;
-      float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-      for (int i = 0; i < NS / 4; ++i) {
-        const float p0 = fast_exp2(fmaf(s[4 * i], cl2, -mx0));
-        const float p1 = fast_exp2(fmaf(s[4 * i + 1], cl2, -mx0));
-        const float p2 = fast_exp2(fmaf(s[4 * i + 2], cl2, -mx1));
-        const float p3 = fast_exp2(fmaf(s[4 * i + 3], cl2, -mx1));
-        a0 += p0 + p1;
-        a1 += p2 + p3;
-        s[4 * i] = p0;
-        s[4 * i + 1] = p1;
-        s[4 * i + 2] = p2;
-        s[4 * i + 3] = p3;
-      }
-      ls0 = a0;
-      ls1 = a1;
-    };
-    auto take_p = [&]() {
-#pragma unroll
-      for (int i = 0; i < NS / 2; ++i) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-    };
-    auto rescale_o = [&](float x0, float x1) {
-      if (__any_sync(0xffffffffu, x0 != 1.f || x1 != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < NO / 4; ++i) {
-          o[4 * i] *= x0;
-          o[4 * i + 1] *= x0;
-          o[4 * i + 2] *= x1;
-          o[4 * i + 3] *= x1;
-        }
-      }
-    };
-    // Tile step j (QK^T of j + 1 in stage SQ, PV of j in stage SP = 1 - SQ).
-    auto step = [&](auto sq, auto sp, const Blk& b, uint32_t gt, int j) {
-      turn_wait();
-      issue_qk(sq, b, gt, j + 1);
-      rescale_o(pal0, pal1);
-      issue_pv(sp, b, gt, j);
-      turn_pass();
-      float mn0 = m_0, mn1 = m_1, ls0, ls1;
-      wgmma_wait<1>();
-      fence_regs(s);
-      mbar_arrive(empty_k(decltype(sq)::value));
-      if (OV && j + 2 == b.n_tiles) mbar_arrive(empty_q(w));  // its last QK^T: Q half free
-      softmax(b, j + 1, mn0, mn1, ls0, ls1);
-      pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
-      pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
-      l_0 = l_0 * pal0 + ls0;
-      l_1 = l_1 * pal1 + ls1;
-      m_0 = mn0;
-      m_1 = mn1;
-      // Order point (ORDERED): keeps the exponentials above the PV wait.
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(my_scratch()), "f"(l_0 + l_1) : "memory");
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(pa);
-      mbar_arrive(empty_v(decltype(sp)::value));
-      take_p();
-    };
-    auto norms = [&](float& inv0, float& inv1) {
-      float a0 = l_0, a1 = l_1;
-      a0 += __shfl_xor_sync(0xffffffffu, a0, 1);
-      a0 += __shfl_xor_sync(0xffffffffu, a0, 2);
-      a1 += __shfl_xor_sync(0xffffffffu, a1, 1);
-      a1 += __shfl_xor_sync(0xffffffffu, a1, 2);
-      inv0 = a0 > 0.f ? 1.f / a0 : 0.f;
-      inv1 = a1 > 0.f ? 1.f / a1 : 0.f;
-    };
-    auto row_ptr = [&](const Blk& b, int vr) {
-      const int tok = int(uint32_t(vr) / uint32_t(G));
-      return out + ((int64_t(b.bos) + tok) * HQ + int64_t(b.kvh) * G + (vr - tok * G)) * HD;
-    };
-    // STAGED output (25) through this warpgroup's Q half, as 19; then the half is released.
-    auto out_staged = [&](const Blk& b) {
-      float inv0, inv1;
-      norms(inv0, inv1);
-      const int cq = 2 * (lane % 4);
-      const int rr0 = warp * 16 + lane / 4;
-      const uint32_t wq = uint32_t(dq & 0x3FFFu) << 4;
-#pragma unroll
-      for (int i = 0; i < NO / 4; ++i) {
-        const int col = 8 * i + cq;
-        const uint32_t blk = wq + uint32_t(col / 64) * uint32_t(kBM * 128);
-        const uint32_t ch = uint32_t((col % 64) / 8);
-        const uint32_t in16 = uint32_t(col % 8) * 2u;
-        const uint32_t a0 = blk + uint32_t(rr0) * 128u + ((ch ^ uint32_t(rr0 & 7)) << 4) + in16;
-        const uint32_t a1 =
-            blk + uint32_t(rr0 + 8) * 128u + ((ch ^ uint32_t((rr0 + 8) & 7)) << 4) + in16;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0),
-                     "r"(pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0)));
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1),
-                     "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)));
-      }
-      if (w == 0) {
-        asm volatile("bar.sync 3, 128;\n" ::: "memory");
-      } else {
-        asm volatile("bar.sync 4, 128;\n" ::: "memory");
-      }
-      const int t = ct % 128;
-      const int c = t % 32;
-#pragma unroll 4
-      for (int i = 0; i < 16; ++i) {
-        const int rr = t / 32 + 4 * i;
-        const int vr = b.m0 + w * 64 + rr;
-        const uint32_t src = wq + uint32_t(c / 8) * uint32_t(kBM * 128) + uint32_t(rr) * 128u +
-                             ((uint32_t(c % 8) ^ uint32_t(rr & 7)) << 4);
-        uint4 v;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(src)
-                     : "memory");
-        if (vr < b.rows_total) *reinterpret_cast<uint4*>(row_ptr(b, vr) + c * 8) = v;
-      }
-      mbar_arrive(empty_q(w));
-    };
-    // Direct output (26/27): each thread's two rows as 4-byte stores from the registers.
-    auto out_direct = [&](const Blk& b) {
-      float inv0, inv1;
-      norms(inv0, inv1);
-      const int cq = 2 * (lane % 4);
-      const int vr0 = b.m0 + r_lo;
-      if (vr0 < b.rows_total) {
-        __nv_bfloat16* dst = row_ptr(b, vr0) + cq;
-#pragma unroll
-        for (int i = 0; i < NO / 4; ++i) {
-          *reinterpret_cast<uint32_t*>(dst + 8 * i) =
-              pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
-        }
-      }
-      if (vr0 + 8 < b.rows_total) {
-        __nv_bfloat16* dst = row_ptr(b, vr0 + 8) + cq;
-#pragma unroll
-        for (int i = 0; i < NO / 4; ++i) {
-          *reinterpret_cast<uint32_t*>(dst + 8 * i) =
-              pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
-        }
-      }
-    };
-
-    // Issue / wait structure: at every control-flow merge the same wgmma groups are in flight on
-    // every path (else ptxas serializes all wgmma: C7518, 25 / 26 first version).
-    // The last PV product of a block with a runtime stage (once per block; vector descriptor).
-    auto issue_pv_last = [&](const Blk& b, uint32_t gt, int j) {
-      const int st = j & 1;
-      mbar_wait(full_v(st), par(gt, j));
-      if ((j + 1) * BN > b.kv_end) fence_proxy_async();
-      const uint64_t dv = make_desc(kv_base() + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
-      }
-      wgmma_commit();
-    };
-    // The block's tiles after its first QK^T completed: softmax(0), the steps, the last PV issue
-    // (in flight on return), the phantom of an odd block.
-    auto run_block = [&](const Blk& b, uint32_t gt) {
-      mbar_arrive(empty_k(0));
-      if (OV && b.n_tiles == 1) mbar_arrive(empty_q(w));
-      {
-        float mn0 = m_0, mn1 = m_1, ls0, ls1;
-        softmax(b, 0, mn0, mn1, ls0, ls1);
-        m_0 = mn0;
-        m_1 = mn1;
-        l_0 = ls0;
-        l_1 = ls1;
-        take_p();
-      }
-#pragma unroll 1
-      for (int j = 0; j + 1 < b.n_tiles; j += 2) {
-        step(I1{}, I0{}, b, gt, j);
-        if (j + 2 < b.n_tiles) step(I0{}, I1{}, b, gt, j + 1);
-      }
-      const int n = b.n_tiles;
-      turn_wait();
-      rescale_o(pal0, pal1);
-      if ((n - 1) & 1) {
-        issue_pv(I1{}, b, gt, n - 1);
-      } else {
-        issue_pv(I0{}, b, gt, n - 1);
-      }
-      turn_pass();
-      if (n & 1) phantom(gt + uint32_t(n));
-    };
-    uint32_t gt = 0;  // ring position of the block's tile 0 (even)
-    uint32_t nq = 0;  // blocks so far (the Q barriers' phase)
-    if constexpr (OV) {
-      if (advance()) {
-        Blk b = make_blk();
-        reset();
-        mbar_wait(full_q(w), 0u);
-        fence_proxy_async();
-        turn_wait();
-        issue_qk(I0{}, b, gt, 0);
-        turn_pass();
-#pragma unroll 1
-        for (;;) {
-          // In flight here: the block's first QK^T (stage 0).
-          wgmma_wait<0>();
-          fence_regs(s);
-          run_block(b, gt);
-          // In flight: the block's last PV product.
-          const int n = b.n_tiles;
-          const uint32_t gt_next = gt + uint32_t(n) + uint32_t(n & 1);
-          if (!advance()) {
-            wgmma_wait<0>();
-            fence_regs(o);
-            mbar_arrive(empty_v((n - 1) & 1));
-            out_direct(b);
-            break;
-          }
-          const Blk nb = make_blk();
-          mbar_wait(full_q(w), (nq + 1u) & 1u);
-          fence_proxy_async();
-          turn_wait();
-          issue_qk(I0{}, nb, gt_next, 0);
-          turn_pass();
-          wgmma_wait<1>();  // the last PV product of this block
-          fence_regs(o);
-          mbar_arrive(empty_v((n - 1) & 1));
-          out_direct(b);  // under the next block's first QK^T
-          b = nb;
-          reset();
-          gt = gt_next;
-          ++nq;
-        }
-      }
-    } else {
-      bool have = advance();
-#pragma unroll 1
-      while (have) {
-        const Blk b = make_blk();
-        reset();
-        mbar_wait(full_q(w), nq & 1u);
-        fence_proxy_async();
-        turn_wait();
-        issue_qk(I0{}, b, gt, 0);
-        turn_pass();
-        wgmma_wait<0>();
-        fence_regs(s);
-        run_block(b, gt);
-        const int n = b.n_tiles;
-        wgmma_wait<0>();
-        fence_regs(o);
-        mbar_arrive(empty_v((n - 1) & 1));
-        out_staged(b);
-        gt += uint32_t(n) + uint32_t(n & 1);
-        ++nq;
-        have = advance();
-      }
-    }
-  } else {
   uint32_t gt = 0;
   uint32_t nq = 0;
 #pragma unroll 1
@@ -1716,7 +1307,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     auto issue_qk = [&](int j) {
       const uint32_t g = gt + uint32_t(j);
-      const int st = C::PHANTOM ? (j & 1) : int(g % ST);
+      const int st = int(g % ST);
       mbar_wait(full_k(st), (g / ST) & 1u);
       if ((j + 1) * BN > kv_end) fence_proxy_async();  // cp.async (partial) tile
       // The stage address rebuilt from the shared-memory window here (a uniform value): kept
@@ -1741,7 +1332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto issue_pv = [&](int j) {
       const uint32_t g = gt + uint32_t(j);
-      const int st = C::PHANTOM ? (j & 1) : int(g % ST);
+      const int st = int(g % ST);
       mbar_wait(full_v(st), (g / ST) & 1u);
       if ((j + 1) * BN > kv_end) fence_proxy_async();
       const uint32_t kv0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
@@ -1821,7 +1412,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     turn_pass();
     wgmma_wait<0>();
     fence_regs(s);
-    mbar_arrive(empty_k(C::PHANTOM ? 0 : int(gt % ST)));
+    mbar_arrive(empty_k(int(gt % ST)));
     {
       float mn0 = m_0, mn1 = m_1, ls0, ls1;
       softmax(0, mn0, mn1, ls0, ls1);
@@ -1841,7 +1432,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float mn0 = m_0, mn1 = m_1, ls0, ls1;
       wgmma_wait<1>();
       fence_regs(s);
-      mbar_arrive(empty_k(C::PHANTOM ? ((j + 1) & 1) : int((gt + uint32_t(j) + 1u) % ST)));
+      mbar_arrive(empty_k(int((gt + uint32_t(j) + 1u) % ST)));
       softmax(j + 1, mn0, mn1, ls0, ls1);
       pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
       pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
@@ -1854,7 +1445,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(pa);
-      mbar_arrive(empty_v(C::PHANTOM ? (j & 1) : int((gt + uint32_t(j)) % ST)));
+      mbar_arrive(empty_v(int((gt + uint32_t(j)) % ST)));
       take_p();
     }
     turn_wait();
@@ -1863,7 +1454,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     turn_pass();
     wgmma_wait<0>();
     fence_regs(o);
-    mbar_arrive(empty_v(C::PHANTOM ? ((n_tiles - 1) & 1) : int((gt + uint32_t(n_tiles) - 1u) % ST)));
+    mbar_arrive(empty_v(int((gt + uint32_t(n_tiles) - 1u) % ST)));
     l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
     l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
     l_1 += __shfl_xor_sync(0xffffffffu, l_1, 1);
@@ -1915,13 +1506,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // The half is free for the next block's Q (this thread's reads above are complete).
     mbar_arrive(empty_q(w));
-    if constexpr (C::PHANTOM) {
-      if (n_tiles & 1) phantom(gt + uint32_t(n_tiles));
-    }
-    gt += uint32_t(n_tiles) + (C::PHANTOM ? uint32_t(n_tiles & 1) : 0u);
+    gt += uint32_t(n_tiles);
     ++nq;
   }
-  }  // PHANTOM
   if (w == 0) turn_wait();
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched without an sm_90a image (prepare); fail loudly if it is
