@@ -2,7 +2,7 @@
 # One device call for the engine (tensor parallelism, CUDA graphs, device sampling, dummy
 # weights on the device, the trained fixture's CUDA gate): run on the GPU host from the repository
 # root with the bundle (tools/gpu-bundle; `.gpu`, or the folder DELTAKIT_BUNDLE_DIR names) carried.
-# Logs go to $OUT (<= 6 files); a summary prints last.
+# Logs go to $OUT (one or two files per step, plus gpu.txt); a summary prints last.
 #
 #   tools/engine_device_run.sh [tests] [bench] [memcheck] [breakdown] [ab] [tunelog] [tunemodes]
 #                              [gemmab] [proc1] [ncustep] [ncugraph]
@@ -185,9 +185,12 @@ proc1() {
   summary+=("proc1 compare: $(python3 - /tmp/proc1-inproc.jsonl /tmp/proc1-proc1.jsonl <<'PY'
 import json, sys
 def load(p):
-    return [json.loads(l) for l in open(p) if l.startswith("{") and '"kind":"token"' in l]
+    try:
+        return [json.loads(l) for l in open(p) if l.startswith("{") and '"kind":"token"' in l]
+    except (OSError, ValueError):
+        return []
 a, b = load(sys.argv[1]), load(sys.argv[2])
-same = [x["token"] for x in a] == [y["token"] for y in b]
+same = len(a) > 0 and [x["token"] for x in a] == [y["token"] for y in b]
 d = max((abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)), default=float("nan"))
 print(f"{len(a)} / {len(b)} tokens, greedy tokens equal: {same}, max |logprob diff| {d:.3g}")
 PY

@@ -71,7 +71,7 @@ gen() {
 tp27b() {
   local f="$out/tp27b.log" tp
   : >"$f"
-  local args=(generate --device cuda:0 --config tests/configs/qwen3.5-27b --load-format dummy
+  local args=(generate --device cuda:0 --model tests/configs/qwen3.5-27b --load-format dummy
               --token-ids 11,22,33,44,55,66,77,88 --json --logprobs 1 --max-tokens 16 --ignore-eos)
   timeout 300 "$B/run" --cli "${args[@]}" >/tmp/tp27b-1.jsonl 2>>"$f"
   summary+=("tp27b tp 1: rc $?")
@@ -106,6 +106,7 @@ fault() {
   : >"$f"
   local args=(generate --device cuda --model tests/fixtures/tiny-trained --token-ids 1,2,3 --json
               --max-tokens 4000 --ignore-eos --no-graphs --step-timeout 30)
+  # (4000 eager steps of the tiny model outlast the poll below; rank 0 exiting 0 = the kill came late.)
   local pids=()
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
@@ -115,7 +116,6 @@ fault() {
   # Wait for rank 0's decode to be under way, then kill rank 1.
   local waited=0
   until grep -q '"kind":"token"' /tmp/fault-0.out 2>/dev/null || [ $waited -ge 120 ]; do sleep 1; waited=$((waited + 1)); done
-  sleep 1
   local victim
   victim=$(pgrep -P "${pids[1]}" -f deltakit | head -n 1)
   kill -9 "${victim:-${pids[1]}}" 2>/dev/null

@@ -54,30 +54,59 @@ fn requests(vocab: usize, seed: u64) -> Vec<Request> {
         .collect()
 }
 
-/// (tokens per request, every log-probability of the event stream in order, top-k ids).
-fn run(e: &mut Engine, reqs: &[Request]) -> (Vec<Vec<u32>>, Vec<f32>, Vec<u32>) {
+/// One event's top-k list: `(id, log-probability)`, best first.
+type TopK = Vec<(u32, f32)>;
+
+/// (tokens per request, every log-probability of the event stream in order, top-k
+/// `(id, log-probability)` lists in order).
+fn run(e: &mut Engine, reqs: &[Request]) -> (Vec<Vec<u32>>, Vec<f32>, Vec<TopK>) {
     let (mut lps, mut ids) = (Vec::new(), Vec::new());
     let (out, _) =
         e.generate(reqs, GenOptions { prefill_chunk: 7, ..GenOptions::default() }, &mut |ev| {
             match ev {
                 Event::Prompt { topk, .. } => {
-                    for (i, l) in topk {
-                        ids.push(i);
-                        lps.push(l);
-                    }
+                    lps.extend(topk.iter().map(|&(_, l)| l));
+                    ids.push(topk);
                 }
                 Event::Token { logprob, topk, .. } => {
                     lps.push(logprob);
-                    for (i, l) in topk.unwrap_or_default() {
-                        ids.push(i);
-                        lps.push(l);
-                    }
+                    let topk = topk.unwrap_or_default();
+                    lps.extend(topk.iter().map(|&(_, l)| l));
+                    ids.push(topk);
                 }
                 Event::Finished { .. } => {}
             }
         })
         .unwrap();
     (out.into_iter().map(|c| c.tokens).collect(), lps, ids)
+}
+
+/// The top-k lists of two runs name the same ids in the same order, except where ranks are tied
+/// to within f32 noise: an id may differ at rank `j` only if both runs' log-probabilities there
+/// agree (< 5e-4) and rank `j` is tied in `want` with a neighbour (< 5e-4) or is the list's last
+/// rank (its tie partner may sit just outside the list). Partial sums over ranks round
+/// differently, so such near-ties may swap (seen: ids 120 / 284 of tiny-causal at TP 4).
+fn assert_same_topk(got: &[TopK], want: &[TopK], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: number of top-k lists");
+    for (p, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.len(), w.len(), "{what}: top-k list {p} length");
+        for j in 0..w.len() {
+            if g[j].0 == w[j].0 {
+                continue;
+            }
+            let near = |a: f32, b: f32| (a - b).abs() < 5e-4;
+            let tied =
+                j + 1 == w.len() || (j > 0 && near(w[j].1, w[j - 1].1)) || near(w[j].1, w[j + 1].1);
+            assert!(
+                tied && near(g[j].1, w[j].1),
+                "{what}: top-k list {p} rank {j}: id {} ({}) vs {} ({}): not a near-tie",
+                g[j].0,
+                g[j].1,
+                w[j].0,
+                w[j].1
+            );
+        }
+    }
 }
 
 /// For each fixture, TP in {1, 2, 4, 8}: the same greedy tokens, the same top-k ids, and
@@ -87,7 +116,11 @@ fn run(e: &mut Engine, reqs: &[Request]) -> (Vec<Vec<u32>>, Vec<f32>, Vec<u32>) 
 /// naming the field.
 #[test]
 fn tp_equals_tp1_on_every_fixture() {
-    let seed = rand::random::<u64>();
+    // DELTAKIT_TEST_SEED replays a failing case.
+    let seed = std::env::var("DELTAKIT_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
     let mut worst = 0f32;
     for name in FIXTURES {
         let cfg = ModelConfig::from_path(&fixtures_dir().join(name)).unwrap();
@@ -98,7 +131,7 @@ fn tp_equals_tp1_on_every_fixture() {
                 Ok(()) => {
                     let got = run(&mut engine(name, tp, TpOptions::default()).unwrap(), &reqs);
                     assert_eq!(got.0, base.0, "{name} tp {tp} seed {seed}: greedy tokens");
-                    assert_eq!(got.2, base.2, "{name} tp {tp} seed {seed}: top-k ids");
+                    assert_same_topk(&got.2, &base.2, &format!("{name} tp {tp} seed {seed}"));
                     assert_eq!(got.1.len(), base.1.len());
                     let d =
                         got.1.iter().zip(&base.1).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
