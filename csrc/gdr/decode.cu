@@ -930,7 +930,9 @@ constexpr int64_t kWideTileMinTilesFg = 256;
 //
 // K = V = 128 with T = 1 and kWholeHeadMinHeads..kWholeHeadMaxHeads (row, head) pairs: one CTA per
 // whole head (BV = 128, 4 warps, R = 32 rows per thread), register use capped for 3 CTAs per SM
-// (168 registers, no spills), so the grid is one wave of <= 396 CTAs on an H200: 27B TP2 batch 16
+// (168 registers; the kernels without PRE spill nothing, the PRE ones -- the dispatched FG tile, and the exact
+// one with the q/k L2 norm -- 16 bytes (ptxas, sm_90a): four of token 0's prefetched inputs, 4 STL before the
+// token loop and 4 LDL at token 0, once per thread, L1-resident), so the grid is one wave of <= 396 CTAs on an H200: 27B TP2 batch 16
 // (384 heads) 17.7 us vs 18.9 us L2-cold (13.7 vs 14.4 us warm). With more heads (several waves)
 // it is 1-3.5% slower than the 64-column tile (tools/bench_anchors_gdr.py sweep, 2026-12-01).
 constexpr int64_t kWholeHeadMinHeads = 256;

@@ -157,6 +157,8 @@ if has ncu; then
   # NCU_RUNS: @-separated runs "label;libs;kernel regex;--only case;launch-skip;launch-count;env" (one ncu process each,
   # the harness with --warmup 0 --reps 1: per library 1 correctness + 1 warm + 1 cold launch, in the order FI, FLA, dk).
   # Default: FLA's kernel and the deltakit dispatch at 27B TP1 B=256 (both cold launches and dk's first two).
+  # NCU_ARGS: extra harness arguments of every ncu run (e.g. "--sweep --sweep-only sl_bv64_nw1": a sweep
+  # configuration's correctness / warm / cold launches follow the dispatch's three).
   runs="${NCU_RUNS:-dkfla;dk,fla;regex:decode_kernel|fused_recurrent;TP1 16/48 B=256;2;4;DK_NONE=1}"
   IFS='@' read -r -a nruns <<<"$runs"  # not '|': kernel regexes use it (the 16:50 call lost its ncu step so)
   for spec in "${nruns[@]}"; do
@@ -166,7 +168,7 @@ if has ncu; then
        ncu --set full --clock-control none -k "$nk" --launch-skip "$nskip" --launch-count "$ncount" \
        -o "/tmp/ncu_$lab" python3 tools/bench_anchors_gdr.py --site "$site" --lib "$bd/libdk_gdr_decode.so" \
        --out /tmp/ncu_$lab.json --libs "$nlibs" --skip-prefill --only "$nonly" --decode-t 1 --warmup 0 --reps 1 \
-       >"/tmp/ncu_$lab.log" 2>&1)
+       ${NCU_ARGS:-} >"/tmp/ncu_$lab.log" 2>&1)
     summary+=("ncu $lab: rc=$? at $(el)")
     ncu --import "/tmp/ncu_$lab.ncu-rep" --page raw --csv >"/tmp/ncu_${lab}_raw.csv" 2>/dev/null
     ncu --import "/tmp/ncu_$lab.ncu-rep" --page raw --csv --print-metric-instances values 2>/dev/null | \

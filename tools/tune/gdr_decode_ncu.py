@@ -23,7 +23,13 @@ KEEP = ("gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_el
         "smsp__average_warps_issue_stalled_membar_per_issue_active.ratio",
         "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
         "smsp__average_warps_issue_stalled_drain_per_issue_active.ratio",
-        "smsp__issue_active.avg.pct_of_peak_sustained_active", "dram__cycles_active.avg.pct_of_peak_sustained_elapsed")
+        "smsp__issue_active.avg.pct_of_peak_sustained_active", "dram__cycles_active.avg.pct_of_peak_sustained_elapsed",
+        "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+        "sm__warps_active.avg.per_cycle_active", "launch__shared_mem_per_block_static",
+        "launch__occupancy_per_block_size", "sm__ctas_launched.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+        "lts__t_sectors_srcunit_tex_op_read.sum", "lts__t_sectors_srcunit_tex_op_write.sum")
 
 
 def rows_of(lines):
