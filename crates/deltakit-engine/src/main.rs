@@ -32,6 +32,7 @@ use deltakit_engine::shard::ShardPlan;
 use deltakit_engine::state::CacheConfig;
 use deltakit_engine::tokenizer::{parse_token_ids, StreamDecoder, Tokenizer};
 use deltakit_engine::weights::SafetensorsWeights;
+use deltakit_engine::EngineError;
 use deltakit_ref::Elem;
 use half::bf16;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -213,10 +214,10 @@ struct EvalMcArgs {
     #[arg(long)]
     data: PathBuf,
     /// Token budget per item (with --rerun-truncated: the new, larger budget).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = positive_arg)]
     max_tokens: usize,
     /// Sequences generated together.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = positive_arg)]
     batch: usize,
     /// Prompt template.
     #[arg(long, value_enum, default_value = "plain")]
@@ -231,7 +232,7 @@ struct EvalMcArgs {
     #[arg(long, value_name = "RESULTS.jsonl")]
     rerun_truncated: Option<PathBuf>,
     /// Evaluate only the first N items of the data file (not with --rerun-truncated).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_arg)]
     limit: Option<usize>,
     #[command(flatten)]
     common: ModelArgs,
@@ -268,12 +269,19 @@ fn run() -> Result<()> {
     deltakit_engine::dist::spawn::watch_launcher();
     let common = match &cli.command {
         Command::Info => None,
-        Command::Generate(a) => Some(&a.common),
-        Command::Bench(a) => Some(&a.common),
-        Command::EvalMc(a) => Some(&a.common),
+        Command::Generate(a) => Some((&a.common, a.model.clone())),
+        Command::Bench(a) => Some((&a.common, Some(a.config.clone()))),
+        Command::EvalMc(a) => Some((&a.common, a.model.clone())),
     };
-    if let Some(c) = common {
+    if let Some((c, model)) = common {
         if let Launch::Spawn(spec) = launch_of(c)? {
+            // Refuse a world size the model cannot be split over here, once, instead of in
+            // every child process.
+            let model = match model {
+                Some(m) => m,
+                None => bundled_model_dir()?,
+            };
+            ShardPlan::check(&ModelConfig::from_path(&model)?, spec.world)?;
             // The children fail on their own within the watchdog's time after a failure;
             // stragglers are killed a little later.
             let grace = Duration::from_secs((c.step_timeout as u64).saturating_add(5));
@@ -295,6 +303,14 @@ fn page_size_arg(s: &str) -> std::result::Result<usize, String> {
         Ok(v) if (1..=4096).contains(&v) => Ok(v),
         Ok(v) => Err(format!("expected 1..=4096 tokens per page, got {v}")),
         Err(e) => Err(format!("expected an integer in 1..=4096, got {s:?} ({e})")),
+    }
+}
+
+/// The message of a request error without its "request:" prefix (the flag name replaces it).
+fn request_msg(e: EngineError) -> String {
+    match e {
+        EngineError::Request(m) => m,
+        e => e.to_string(),
     }
 }
 
@@ -640,7 +656,8 @@ fn generate(a: &GenerateArgs) -> Result<()> {
         prompts.push((p.clone(), t.encode(p)?));
     }
     for s in &a.token_ids {
-        let ids = parse_token_ids(s).map_err(|e| anyhow::anyhow!("--token-ids: {e}"))?;
+        let ids =
+            parse_token_ids(s).map_err(|e| anyhow::anyhow!("--token-ids: {}", request_msg(e)))?;
         let text = tok.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
         prompts.push((text, ids));
     }
@@ -653,7 +670,7 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     // Sampling parameters are checked before any model is loaded (the engine checks them too).
     let sampling =
         SamplingParams { temperature: a.temperature, top_p: a.top_p, ..SamplingParams::default() };
-    if let Err(deltakit_engine::EngineError::Request(m)) = sampling.validate() {
+    if let Err(EngineError::Request(m)) = sampling.validate() {
         bail!("{m}");
     }
     if a.logprobs.is_some() && !a.json {
@@ -684,7 +701,8 @@ fn run_generate(
     let cfg = engine.config().clone();
     let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
     if let Some(s) = &a.stop_token_ids {
-        let ids = parse_token_ids(s).map_err(|e| anyhow::anyhow!("--stop-token-ids: {e}"))?;
+        let ids = parse_token_ids(s)
+            .map_err(|e| anyhow::anyhow!("--stop-token-ids: {}", request_msg(e)))?;
         if let Some(bad) = ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
             bail!(
                 "--stop-token-ids: token id {bad} is outside the vocabulary (size {})",
@@ -975,15 +993,6 @@ impl Observer for EvalProgress {
 }
 
 fn eval_mc(a: &EvalMcArgs) -> Result<()> {
-    if a.max_tokens == 0 {
-        bail!("--max-tokens must be > 0 (got 0)");
-    }
-    if a.batch == 0 {
-        bail!("--batch must be > 0 (got 0)");
-    }
-    if a.limit == Some(0) {
-        bail!("--limit must be > 0");
-    }
     if a.limit.is_some() && a.rerun_truncated.is_some() {
         bail!("--limit cannot be combined with --rerun-truncated");
     }

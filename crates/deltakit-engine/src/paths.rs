@@ -28,14 +28,15 @@ pub fn find_fixtures_dir() -> Option<PathBuf> {
     cwd.as_deref().and_then(walk_up).or_else(|| exe_dir.as_deref().and_then(walk_up))
 }
 
-/// Resolve the bundled tiny Qwen3.5 model: `$DELTAKIT_MODEL_DIR`, else
+/// Resolve the bundled tiny Qwen3.5 model: `$DELTAKIT_MODEL_DIR` (when set and not empty), else
 /// `tests/fixtures/tiny-trained` ([`BUNDLED_MODEL`]) found by walking up from the cwd, then from
 /// the executable.
 ///
 /// # Errors
 /// [`crate::EngineError::Request`] saying where it looked, if no candidate has a `config.json`.
 pub fn bundled_model_dir() -> crate::Result<PathBuf> {
-    if let Some(d) = std::env::var_os(MODEL_DIR_ENV) {
+    // An empty value counts as unset (`DELTAKIT_MODEL_DIR= deltakit ...`).
+    if let Some(d) = std::env::var_os(MODEL_DIR_ENV).filter(|d| !d.is_empty()) {
         let d = PathBuf::from(d);
         if d.join("config.json").is_file() {
             return Ok(d);

@@ -416,6 +416,18 @@ fn cli_generate_rejects_bad_arguments() {
     assert!(!ok && text.contains("empty token id"), "{text}");
     let (ok, text) = deltakit(&["generate", "--model", m, "--token-ids", "1,x"]).unwrap();
     assert!(!ok && text.contains("--token-ids") && text.contains("\"x\""), "{text}");
+    // Review of stop 21: eval-mc counts are refused by the parser, like bench's.
+    for flag in ["--batch", "--max-tokens", "--limit"] {
+        let (ok, text) =
+            deltakit(&["eval-mc", "--model", m, "--data", "/dev/null", flag, "0"]).unwrap();
+        assert!(!ok && text.contains(flag) && text.contains(">= 1"), "{flag}: {text}");
+    }
+    // A world size the model cannot be split over is refused once by the launcher, before any
+    // rank process starts (tiny-trained has 8 linear value heads).
+    let (ok, text) =
+        deltakit(&["generate", "--model", m, "--token-ids", "1,2", "--nproc-per-node", "3"])
+            .unwrap();
+    assert!(!ok && text.matches("not divisible by tp = 3").count() == 1, "{text}");
     for flag in ["--batch", "--prompt-len", "--gen-len"] {
         let args = ["bench", "--config", m, "--load-format", "dummy", flag, "0"];
         let (ok, text) = deltakit(&args).unwrap();

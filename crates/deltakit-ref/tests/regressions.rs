@@ -19,11 +19,14 @@ fn page_table_with_overflowing_max_pages_is_an_error_not_a_panic() {
 }
 
 fn gdr_case(g: &[f32], slots: &[i32]) -> [Result<(), RefError>; 3] {
+    gdr_case_beta(g, &vec![0.5f32; g.len()], slots)
+}
+
+fn gdr_case_beta(g: &[f32], beta: &[f32], slots: &[i32]) -> [Result<(), RefError>; 3] {
     let d = GdrDims { h_k: 1, h_v: 1, k: 2, v: 2 };
     let t = g.len();
     let (q, k, v) = (vec![0.5f32; t * 2], vec![0.25f32; t * 2], vec![0.75f32; t * 2]);
-    let beta = vec![0.5f32; t];
-    let inp = GdrInputs { q: &q, k: &k, v: &v, g, beta: &beta };
+    let inp = GdrInputs { q: &q, k: &k, v: &v, g, beta };
     let cu: Vec<i32> = (0..=t as i32).collect();
     let mut st = vec![0.125f32; 4 * 4];
     let mut out = vec![0f32; t * 2];
@@ -46,6 +49,17 @@ fn gdr_paths_agree_on_which_gates_are_valid() {
         // A bad gate of a padding sequence is never read: every path accepts it.
         for (i, r) in gdr_case(&[-0.1, bad], &[0, -1]).into_iter().enumerate() {
             assert!(r.is_ok(), "path {i}, padding g = {bad}: {r:?}");
+        }
+    }
+    // Review of stop 21: a non-finite beta of a live sequence was accepted (and poisoned the
+    // state); every path now rejects it before writing, padding sequences' beta is never read.
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for (i, r) in gdr_case_beta(&[-0.1, -0.2], &[0.5, bad], &[0, 1]).into_iter().enumerate() {
+            let e = r.expect_err("a non-finite beta of a live sequence must be rejected");
+            assert!(matches!(e, RefError::Invalid { what: "beta", .. }), "path {i}, {bad}: {e}");
+        }
+        for (i, r) in gdr_case_beta(&[-0.1, -0.2], &[0.5, bad], &[0, -1]).into_iter().enumerate() {
+            assert!(r.is_ok(), "path {i}, padding beta = {bad}: {r:?}");
         }
     }
     let scale_nan = GdrOptions { scale: Some(f32::NAN), ..GdrOptions::default() };

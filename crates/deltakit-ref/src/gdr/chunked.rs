@@ -182,7 +182,8 @@ fn chunk(
 ///
 /// # Errors
 /// As [`super::recurrent_prefill`], plus [`RefError::Unsupported`] for a chunk size outside
-/// [`CHUNK_SIZES`] and [`RefError::Invalid`] for a `g` that is positive or NaN.
+/// [`CHUNK_SIZES`] and [`RefError::Invalid`] for a `g` that is positive or NaN or a non-finite
+/// `beta` (live sequences).
 pub fn chunk_prefill<T: Elem>(
     inp: &GdrInputs<'_, T>,
     dims: GdrDims,
@@ -203,7 +204,7 @@ pub fn chunk_prefill<T: Elem>(
     }
     let (t, num_slots) = validate_io(OP, inp, dims, state.len(), out.len())?;
     let seqs = varlen.validate(OP, t, num_slots)?;
-    super::check_g_and_opts(OP, inp.g, &seqs, dims.h_v, opts)?;
+    super::check_g_and_opts(OP, inp.g, inp.beta, &seqs, dims.h_v, opts)?;
     let (q, k) = prepare_qk(inp, dims, opts);
     run(&seqs, &q, &k, inp, dims, chunk_size, state, out);
     Ok(())

@@ -79,11 +79,13 @@ pub struct GdrInputs<'a, T> {
 /// `g` must be `<= 0` (not NaN, not positive) on every token of a live sequence (padding
 /// sequences' tokens are never read, so they are not checked); `g = -inf` is accepted: it is what
 /// [`gating`] gives when `exp(A_log)` overflows, and the recurrence defines it as a full decay
-/// (`exp(-inf) = 0`). `opts.scale` must be finite. Shared by every GDR op so they accept and
-/// reject the same inputs.
+/// (`exp(-inf) = 0`). `beta` must be finite on the same tokens (NaN / inf would poison the
+/// state). `opts.scale` must be finite. Shared by every GDR op so they accept and reject the same
+/// inputs.
 fn check_g_and_opts(
     op: &'static str,
     g: &[f32],
+    beta: &[f32],
     seqs: &[crate::varlen::Seq],
     h_v: usize,
     opts: GdrOptions,
@@ -108,6 +110,14 @@ fn check_g_and_opts(
                     "log-decay must be <= 0 (-inf allowed), got g[{}] = {gi}",
                     range.start + i
                 ),
+            });
+        }
+        if let Some((i, &bi)) = beta[range.clone()].iter().enumerate().find(|(_, b)| !b.is_finite())
+        {
+            return Err(crate::RefError::Invalid {
+                op,
+                what: "beta",
+                msg: format!("must be finite, got beta[{}] = {bi}", range.start + i),
             });
         }
     }

@@ -121,8 +121,8 @@ fn run<T: Elem>(
 /// # Errors
 /// [`crate::RefError::Shape`] on any length / dim mismatch (including `H_v % H_k != 0` and a state
 /// pool that is not a whole number of slots); [`crate::RefError::Invalid`] for bad `cu_seqlens` or
-/// slots, a `g` of a live sequence that is positive or NaN (`-inf` is a full decay), or a
-/// non-finite `opts.scale`.
+/// slots, a `g` of a live sequence that is positive or NaN (`-inf` is a full decay), a
+/// non-finite `beta` of a live sequence, or a non-finite `opts.scale`.
 /// Nothing is written on error.
 pub fn recurrent_prefill<T: Elem>(
     inp: &GdrInputs<'_, T>,
@@ -135,7 +135,7 @@ pub fn recurrent_prefill<T: Elem>(
     const OP: &str = "gdr.recurrent_prefill";
     let (t, num_slots) = validate_io(OP, inp, dims, state.len(), out.len())?;
     let seqs = varlen.validate(OP, t, num_slots)?;
-    super::check_g_and_opts(OP, inp.g, &seqs, dims.h_v, opts)?;
+    super::check_g_and_opts(OP, inp.g, inp.beta, &seqs, dims.h_v, opts)?;
     let (q, k) = prepare_qk(inp, dims, opts);
     run(&seqs, &q, &k, inp, dims, state, out);
     Ok(())
@@ -167,7 +167,7 @@ pub fn decode<T: Elem>(
         .enumerate()
         .map(|(i, slot)| Seq { start: i, len: 1, slot, init: true })
         .collect();
-    super::check_g_and_opts(OP, inp.g, &seqs, dims.h_v, opts)?;
+    super::check_g_and_opts(OP, inp.g, inp.beta, &seqs, dims.h_v, opts)?;
     let (q, k) = prepare_qk(inp, dims, opts);
     run(&seqs, &q, &k, inp, dims, state, out);
     Ok(())
