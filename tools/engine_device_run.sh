@@ -182,19 +182,7 @@ proc1() {
       --json --logprobs 5 --max-tokens 32 "${extra[@]}" >"/tmp/proc1-$mode.jsonl" 2>>"$f"
     summary+=("proc1 generate $mode: rc $?")
   done
-  summary+=("proc1 compare: $(python3 - /tmp/proc1-inproc.jsonl /tmp/proc1-proc1.jsonl <<'PY'
-import json, sys
-def load(p):
-    try:
-        return [json.loads(l) for l in open(p) if l.startswith("{") and '"kind":"token"' in l]
-    except (OSError, ValueError):
-        return []
-a, b = load(sys.argv[1]), load(sys.argv[2])
-same = len(a) > 0 and [x["token"] for x in a] == [y["token"] for y in b]
-d = max((abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)), default=float("nan"))
-print(f"{len(a)} / {len(b)} tokens, greedy tokens equal: {same}, max |logprob diff| {d:.3g}")
-PY
-)")
+  summary+=("proc1 compare: $(python3 tools/compare_jsonl.py /tmp/proc1-inproc.jsonl /tmp/proc1-proc1.jsonl)")
   bench_env "$f" "proc1 bench 9b 16 inproc" 9b 16
   bench_env "$f" "proc1 bench 9b 16 --nproc-per-node 1" 9b 16 -- --nproc-per-node 1
 }

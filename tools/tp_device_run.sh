@@ -40,18 +40,7 @@ tests() {
 
 # Greedy tokens and log-probabilities of two JSON-lines generate outputs.
 compare_jsonl() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def load(p):
-    try:
-        return [json.loads(l) for l in open(p) if l.startswith("{") and '"kind":"token"' in l]
-    except OSError:
-        return []
-a, b = load(sys.argv[1]), load(sys.argv[2])
-same = len(a) > 0 and [(x["request"], x["token"]) for x in a] == [(y["request"], y["token"]) for y in b]
-d = max((abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)), default=float("nan"))
-print(f"{len(a)} / {len(b)} tokens, greedy tokens equal: {same}, max |d logprob| {d:.3g}")
-PY
+  python3 tools/compare_jsonl.py "$1" "$2"
 }
 
 gen() {
