@@ -276,11 +276,8 @@ macro_rules! fixture_tests {
                     return;
                 };
                 let dir = fixtures_dir().join($name);
-                let mk = |seqs, page| {
-                    let src = Source::Dir(dir.clone());
-                    launch::cuda::tensor_parallel(src, &[0], cache(seqs, page), &TpOptions::default())
-                        .unwrap()
-                };
+                let opts = TpOptions::default();
+                let mk = |seqs, page| tp_engine(&dir, &[0], seqs, page, &opts);
                 let hf_f32 = load_golden($name, "golden_f32.json");
                 let gate = format!("{} cuda tp1 executor+nccl vs HF f32", $name);
                 all_arms(&gate, &hf_f32, fixture_tol($tol, $mean), &mk);
@@ -325,10 +322,7 @@ macro_rules! fixture_tests {
                     for graphs in [true, false] {
                         let mut opts = TpOptions::default();
                         opts.graphs.enabled = graphs;
-                        let mk = |seqs, page| {
-                            let src = Source::Dir(dir.clone());
-                            launch::cuda::tensor_parallel(src, &devices, cache(seqs, page), &opts).unwrap()
-                        };
+                        let mk = |seqs, page| tp_engine(&dir, &devices, seqs, page, &opts);
                         let gate = format!("{} cuda tp{tp} (graphs {graphs}) vs HF f32", $name);
                         all_arms(&gate, &hf_f32, fixture_tol($tol, $mean), &mk);
                     }
@@ -336,6 +330,19 @@ macro_rules! fixture_tests {
             }
         }
     )*};
+}
+
+/// A fixture model (`dir`) served by the tensor-parallel executor over `devices` (one rank
+/// thread per GPU, NCCL), cache for `seqs` sequences with KV pages of `page` tokens.
+fn tp_engine(
+    dir: &std::path::Path,
+    devices: &[usize],
+    seqs: usize,
+    page: usize,
+    opts: &TpOptions,
+) -> Engine {
+    let src = Source::Dir(dir.to_path_buf());
+    launch::cuda::tensor_parallel(src, devices, cache(seqs, page), opts).unwrap()
 }
 
 /// Whether the host has at least `n` CUDA devices; prints a skip line otherwise, or panics when
