@@ -212,15 +212,20 @@ struct SplitArgs {
 __device__ int g_split_prof_printed;
 __device__ int g_split_local_printed;
 
+// Local pass. VAR bits: 1 = MUFU exp (__expf) for the decay factors, 2 = clock64 phase profile (one CTA: chunk id 64,
+// grid row 0), 64 = one CTA per (chunk id, KEY head) looping over the H_v / H_k value heads of that key head (grid
+// (NT, H_k)): the K / Q tiles, their norms and the raw K K^T / Q K^T products are computed once and reused by every
+// value head (only the gating, the decay epilogue, (I + A)^-1 and Tb depend on the value head); without 64 the grid is
+// (NT, H_v), one value head per CTA (session 5).
 template <int VAR>
 __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs args) {
 #ifdef DK_GDR_FUSED_SM90A
-  constexpr bool kFast = false, kProf = (VAR & 2) != 0;
+  constexpr bool kFast = (VAR & 1) != 0, kProf = (VAR & 2) != 0, kHk = (VAR & 64) != 0;
   long long tp = 0, ph[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #define DK_LMARK(i)                  \
   if constexpr (kProf) {             \
     const long long now = clock64(); \
-    ph[i] = now - tp;                \
+    ph[i] += now - tp;               \
     tp = now;                        \
   }
   if constexpr (kProf) tp = clock64();
@@ -230,13 +235,15 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
   const int lt = threadIdx.x, lw = lt >> 5, lane = lt & 31;
   const int g = lane >> 2, q = lane & 3;
   const int64_t pc = blockIdx.x;  // chunk id
-  const int hv = blockIdx.y;
+  const int64_t HV = p.h_v, T = p.num_tokens;
+  const int ratio = int(HV / p.h_k);
+  const int hk = kHk ? int(blockIdx.y) : int(blockIdx.y) / ratio;
+  const int hv0 = kHk ? hk * ratio : int(blockIdx.y);
+  const int nh = kHk ? ratio : 1;  // value heads of this CTA: hv0 .. hv0 + nh - 1
   const int seq = reinterpret_cast<const int*>(args.w.cseq)[pc];
   if (seq < 0) return;
   const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
   if (!(slot >= 0 && slot < p.num_slots)) return;  // padding: the state kernel reads no image
-  const int64_t HV = p.h_v, T = p.num_tokens;
-  const int hk = int(hv / (HV / p.h_k));
   const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
   int64_t bos = cu[seq], eos = cu[seq + 1];
   bos = bos < 0 ? 0 : (bos > T ? T : bos);
@@ -262,26 +269,38 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
     cp_async16(sbase + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
   }
   cp_async_commit();
-  if (lt < 64) {  // gating of row lt + inclusive scan (warps 0, 1)
-    const bool valid = lt < n;
-    float gg = 0.f, be = 0.f;
-    if (valid) {
-      const int64_t t = t0 + lt;
+  // Gate inputs of row lt (threads lt < 64) for value head hv: raw a / b (fused) or g / beta, loaded one head ahead.
+  const bool grow = lt < n;
+  const int64_t gt = t0 + (lt < 64 ? lt : 0);
+  float ra = 0.f, rb = 0.f, ral = 0.f, rdt = 0.f;
+  auto gate_load = [&](int hv) {
+    if (lt < 64 && grow) {
       if (p.fused) {
-        const float a_log_e = -expf(reinterpret_cast<const float*>(p.a_log)[hv]);
-        const float dtb = reinterpret_cast<const float*>(p.dt_bias)[hv];
-        const __nv_bfloat16* ap = reinterpret_cast<const __nv_bfloat16*>(p.a);
-        const __nv_bfloat16* bp = reinterpret_cast<const __nv_bfloat16*>(p.b);
-        const float x = __bfloat162float(ap[t * p.ab_stride + hv]) + dtb;
+        ral = reinterpret_cast<const float*>(p.a_log)[hv];
+        rdt = reinterpret_cast<const float*>(p.dt_bias)[hv];
+        ra = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p.a)[gt * p.ab_stride + hv]);
+        rb = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p.b)[gt * p.ab_stride + hv]);
+      } else {
+        ra = reinterpret_cast<const float*>(p.g)[gt * HV + hv];
+        rb = reinterpret_cast<const float*>(p.beta)[gt * HV + hv];
+      }
+    }
+  };
+  auto gate_scan = [&]() {  // gating of row lt + inclusive scan per warp (warps 0, 1)
+    float gg = 0.f, be = 0.f;
+    if (grow) {
+      if (p.fused) {
+        const float a_log_e = -expf(ral);
+        const float x = ra + rdt;
         const float e = expf(fminf(x, 20.f));
         const float one_e = 1.f + e;
         const float lp = one_e == 1.f ? e : logf(one_e) * (e / (one_e == 1.f ? 1.f : one_e - 1.f));
         const float sp = x > 20.f ? x : lp;
         gg = a_log_e * sp;
-        be = 1.f / (1.f + expf(-__bfloat162float(bp[t * p.ab_stride + hv])));
+        be = 1.f / (1.f + expf(-rb));
       } else {
-        gg = reinterpret_cast<const float*>(p.g)[t * HV + hv];
-        be = reinterpret_cast<const float*>(p.beta)[t * HV + hv];
+        gg = ra;
+        be = rb;
       }
       gg = gg > -kGFloor ? gg : -kGFloor;
     }
@@ -293,12 +312,14 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
     }
     vec[kGpart * 64 + lt] = sc;
     vec[kBeta * 64 + lt] = be;
-  }
+  };
+  gate_load(hv0);
+  if (lt < 64) gate_scan();
   DK_LMARK(0)
   cp_async_wait_all();
   __syncthreads();
   DK_LMARK(1)
-  {  // norms and per-row factors: lt < 64 key row lt, else query row lt - 64
+  {  // norms (value-head independent): lt < 64 key row lt, else query row lt - 64
     const int row = lt & 63;
     const unsigned char* tile = smem + (lt < 64 ? kOK : kOQ) + row * 256;
     float pss[4] = {0.f, 0.f, 0.f, 0.f};
@@ -314,55 +335,71 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
     }
     const float ss = (pss[0] + pss[1]) + (pss[2] + pss[3]);
     const float rn = p.use_l2 ? rsqrtf(ss + 1e-6f) : 1.f;
-    const float gc = vec[kGpart * 64 + row] + (row >= 32 ? vec[kGpart * 64 + 31] : 0.f);
-    const float glast = vec[kGpart * 64 + 63] + vec[kGpart * 64 + 31];
-    const bool valid = row < n;
-    if (lt < 64) {
-      vec[kGc * 64 + row] = gc;
+    if (lt < 64)
       vec[kRnk * 64 + row] = rn;
-      vec[kXsc * 64 + row] = valid ? dexp<kFast>(gc) * rn : 0.f;
-      vec[kKdec * 64 + row] = valid ? dexp<kFast>(glast - gc) * rn : 0.f;
-      if (row == 0) vec[kMisc * 64] = dexp<kFast>(glast);
-    } else {
-      const float rq = rn * p.scale;
-      vec[kRnq * 64 + row] = rq;
-      vec[kQsc * 64 + row] = valid ? rq * dexp<kFast>(gc) : 0.f;
-    }
+    else
+      vec[kRnq * 64 + row] = rn * p.scale;
   }
-  __syncthreads();
   DK_LMARK(2)
-  {  // A = K K^T and P = Q K^T for rows 16 lw .. 16 lw + 15 (column tiles up to the diagonal)
-    float a[8][4], pp[8][4];
+  // Raw A = K K^T and P = Q K^T for rows 16 lw .. 16 lw + 15 (column tiles up to the diagonal), kept in registers
+  // for every value head of the CTA.
+  float a[8][4], pp[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) a[i][j] = pp[i][j] = 0.f;
-    const int m0 = 16 * lw;
+    for (int j = 0; j < 4; ++j) a[i][j] = pp[i][j] = 0.f;
+  const int m0 = 16 * lw;
 #pragma unroll
-    for (int kb = 0; kb < 8; ++kb) {
-      uint32_t ka[4], qa[4];
-      ldsm4(a_a_mk(sbase + kOK, m0, 16 * kb, 256, lane), ka);
-      ldsm4(a_a_mk(sbase + kOQ, m0, 16 * kb, 256, lane), qa);
-      uint32_t bb[4][4];
+  for (int kb = 0; kb < 8; ++kb) {
+    uint32_t ka[4], qa[4];
+    ldsm4(a_a_mk(sbase + kOK, m0, 16 * kb, 256, lane), ka);
+    ldsm4(a_a_mk(sbase + kOQ, m0, 16 * kb, 256, lane), qa);
+    uint32_t bb[4][4];
 #pragma unroll
-      for (int np = 0; np < 4; ++np)
-        if (np <= lw) ldsm4(a_b_nk(sbase + kOK, 16 * np, 16 * kb, 256, lane), bb[np]);
+    for (int np = 0; np < 4; ++np)
+      if (np <= lw) ldsm4(a_b_nk(sbase + kOK, 16 * np, 16 * kb, 256, lane), bb[np]);
 #pragma unroll
-      for (int np = 0; np < 4; ++np)
-        if (np <= lw) {
-          mma_nv(a[2 * np], ka, bb[np][0], bb[np][1]);
-          mma_nv(a[2 * np + 1], ka, bb[np][2], bb[np][3]);
-        }
+    for (int np = 0; np < 4; ++np)
+      if (np <= lw) {
+        mma_nv(a[2 * np], ka, bb[np][0], bb[np][1]);
+        mma_nv(a[2 * np + 1], ka, bb[np][2], bb[np][3]);
+      }
 #pragma unroll
-      for (int np = 0; np < 4; ++np)
-        if (np <= lw) {
-          mma_nv(pp[2 * np], qa, bb[np][0], bb[np][1]);
-          mma_nv(pp[2 * np + 1], qa, bb[np][2], bb[np][3]);
-        }
+    for (int np = 0; np < 4; ++np)
+      if (np <= lw) {
+        mma_nv(pp[2 * np], qa, bb[np][0], bb[np][1]);
+        mma_nv(pp[2 * np + 1], qa, bb[np][2], bb[np][3]);
+      }
+  }
+  __syncthreads();  // every warp's K / Q reads done (P overwrites Q rows 0..31); the norms and gates are visible
+  DK_LMARK(3)
+#pragma unroll 1
+  for (int j = 0; j < nh; ++j) {
+    const int hv = hv0 + j;
+    if (j > 0) {  // this head's gates (loaded during the previous head), then the next head's loads
+      if (lt < 64) gate_scan();
+      __syncthreads();
     }
-    __syncthreads();  // every warp's K / Q reads done: P overwrites Q rows 0..31
+    if (j + 1 < nh) gate_load(hv + 1);
+    {  // per-row decay factors of head hv: lt < 64 key row lt, else query row lt - 64
+      const int row = lt & 63;
+      const float gc = vec[kGpart * 64 + row] + (row >= 32 ? vec[kGpart * 64 + 31] : 0.f);
+      const float glast = vec[kGpart * 64 + 63] + vec[kGpart * 64 + 31];
+      const bool valid = row < n;
+      if (lt < 64) {
+        const float rn = vec[kRnk * 64 + row];
+        vec[kGc * 64 + row] = gc;
+        vec[kXsc * 64 + row] = valid ? dexp<kFast>(gc) * rn : 0.f;
+        vec[kKdec * 64 + row] = valid ? dexp<kFast>(glast - gc) * rn : 0.f;
+        if (row == 0) vec[kMisc * 64] = dexp<kFast>(glast);
+      } else {
+        vec[kQsc * 64 + row] = valid ? vec[kRnq * 64 + row] * dexp<kFast>(gc) : 0.f;
+      }
+    }
+    __syncthreads();
+    DK_LMARK(4)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {  // A / P epilogue: decays, beta, norms; A -> sA (f32), P -> the image (bf16)
       const int t = m0 + g + 8 * h;
       const float bt = vec[kBeta * 64 + t] * vec[kRnk * 64 + t];
       const float rq = vec[kRnq * 64 + t];
@@ -383,86 +420,86 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
             pack_bf(pv[0], pv[1]);
       }
     }
-  }
-  __syncthreads();
-  DK_LMARK(3)
-  {  // diagonal blocks: warp lw inverts block lw (lane c < 16 owns column c)
-    const int cidx = lane & 15;
-    const float* Ab = sA + (16 * lw) * kLd + 16 * lw;
-    float col[16];
+    __syncthreads();
+    DK_LMARK(5)
+    {  // diagonal blocks: warp lw inverts block lw (lane c < 16 owns column c)
+      const int cidx = lane & 15;
+      const float* Ab = sA + (16 * lw) * kLd + 16 * lw;
+      float col[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      float x = (i == cidx) ? 1.f : 0.f;
+      for (int i = 0; i < 16; ++i) {
+        float x = (i == cidx) ? 1.f : 0.f;
 #pragma unroll
-      for (int m = 0; m < i; ++m) x -= Ab[i * kLd + m] * col[m];
-      col[i] = x;
-    }
-    if (lane < 16) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sT[(16 * lw + i) * kLd + 16 * lw + cidx] = col[i];
-    }
-  }
-  __syncthreads();
-  DK_LMARK(4)
-#pragma unroll 1
-  for (int lvl = 1; lvl < 4; ++lvl) {  // Tm_ij = -D_i sum_{j <= m < i} A_im Tm_mj, i - j = lvl
-    const int j = lw, i = lw + lvl;
-    if (i < 4) {
-      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      for (int m = j; m < i; ++m)
-        mm16_f32(acc, sA + (16 * i) * kLd + 16 * m, kLd, sT + (16 * m) * kLd + 16 * j, kLd, lane);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        sX[g * kLdX + 8 * nt + 2 * q] = acc[nt][0];
-        sX[g * kLdX + 8 * nt + 2 * q + 1] = acc[nt][1];
-        sX[(g + 8) * kLdX + 8 * nt + 2 * q] = acc[nt][2];
-        sX[(g + 8) * kLdX + 8 * nt + 2 * q + 1] = acc[nt][3];
+        for (int m = 0; m < i; ++m) x -= Ab[i * kLd + m] * col[m];
+        col[i] = x;
       }
-      __syncwarp();
-      float r[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      mm16_f32(r, sT + (16 * i) * kLd + 16 * i, kLd, sX, kLdX, lane);
-      float* dst = sT + (16 * i) * kLd + 16 * j;
+      if (lane < 16) {
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        *reinterpret_cast<float2*>(dst + g * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][0], -r[nt][1]);
-        *reinterpret_cast<float2*>(dst + (g + 8) * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][2], -r[nt][3]);
+        for (int i = 0; i < 16; ++i) sT[(16 * lw + i) * kLd + 16 * lw + cidx] = col[i];
       }
-      __syncwarp();
     }
     __syncthreads();
-  }
-  DK_LMARK(5)
-  // Tb = Tm diag(beta) (lower triangle incl. the diagonal) -> bf16 hi / lo tiles of the image.
+#pragma unroll 1
+    for (int lvl = 1; lvl < 4; ++lvl) {  // Tm_ij = -D_i sum_{j <= m < i} A_im Tm_mj, i - j = lvl
+      const int jj = lw, i = lw + lvl;
+      if (i < 4) {
+        float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        for (int m = jj; m < i; ++m)
+          mm16_f32(acc, sA + (16 * i) * kLd + 16 * m, kLd, sT + (16 * m) * kLd + 16 * jj, kLd, lane);
 #pragma unroll
-  for (int it = 0; it < 4; ++it) {
-    const int idx = lt + 128 * it, t = idx >> 3, ch = idx & 7, s0 = ch * 8;
-    const float4 u0 = *reinterpret_cast<const float4*>(sT + t * kLd + s0);
-    const float4 u1 = *reinterpret_cast<const float4*>(sT + t * kLd + s0 + 4);
-    const float x[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-    uint32_t hi[4], lo[4];
+        for (int nt = 0; nt < 2; ++nt) {
+          sX[g * kLdX + 8 * nt + 2 * q] = acc[nt][0];
+          sX[g * kLdX + 8 * nt + 2 * q + 1] = acc[nt][1];
+          sX[(g + 8) * kLdX + 8 * nt + 2 * q] = acc[nt][2];
+          sX[(g + 8) * kLdX + 8 * nt + 2 * q + 1] = acc[nt][3];
+        }
+        __syncwarp();
+        float r[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        mm16_f32(r, sT + (16 * i) * kLd + 16 * i, kLd, sX, kLdX, lane);
+        float* dst = sT + (16 * i) * kLd + 16 * jj;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int s = s0 + 2 * e;
-      const float y0 = s <= t ? x[2 * e] * vec[kBeta * 64 + s] : 0.f;
-      const float y1 = s + 1 <= t ? x[2 * e + 1] * vec[kBeta * 64 + s + 1] : 0.f;
-      split2(y0, y1, hi[e], lo[e]);
+        for (int nt = 0; nt < 2; ++nt) {
+          *reinterpret_cast<float2*>(dst + g * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][0], -r[nt][1]);
+          *reinterpret_cast<float2*>(dst + (g + 8) * kLd + 8 * nt + 2 * q) = make_float2(-r[nt][2], -r[nt][3]);
+        }
+        __syncwarp();
+      }
+      __syncthreads();
     }
-    const uint32_t off = uint32_t(t * 128) + (uint32_t((ch ^ (t & 7))) << 4);
-    *reinterpret_cast<uint4*>(stg + kOTh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(stg + kOTl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    DK_LMARK(6)
+    // Tb = Tm diag(beta) (lower triangle incl. the diagonal) -> bf16 hi / lo tiles of the image.
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+      const int idx = lt + 128 * it, t = idx >> 3, ch = idx & 7, s0 = ch * 8;
+      const float4 u0 = *reinterpret_cast<const float4*>(sT + t * kLd + s0);
+      const float4 u1 = *reinterpret_cast<const float4*>(sT + t * kLd + s0 + 4);
+      const float x[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int s = s0 + 2 * e;
+        const float y0 = s <= t ? x[2 * e] * vec[kBeta * 64 + s] : 0.f;
+        const float y1 = s + 1 <= t ? x[2 * e + 1] * vec[kBeta * 64 + s + 1] : 0.f;
+        split2(y0, y1, hi[e], lo[e]);
+      }
+      const uint32_t off = uint32_t(t * 128) + (uint32_t((ch ^ (t & 7))) << 4);
+      *reinterpret_cast<uint4*>(stg + kOTh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(stg + kOTl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+    uint4* img = reinterpret_cast<uint4*>(args.w.img + uint64_t(pc * HV + hv) * kStRest);
+    for (int idx = lt; idx < int(kStRest / 16); idx += 128) {
+      const uint32_t b = uint32_t(idx) * 16u;
+      img[idx] = *reinterpret_cast<const uint4*>(b < kRVec ? smem + b : smem + kLpVec + (b - kRVec));
+    }
+    if (j + 1 < nh) __syncthreads();  // the copy-out read the image and the vectors the next head overwrites
+    DK_LMARK(7)
   }
-  __syncthreads();
-  uint4* img = reinterpret_cast<uint4*>(args.w.img + uint64_t(pc * HV + hv) * kStRest);
-  for (int idx = lt; idx < int(kStRest / 16); idx += 128) {
-    const uint32_t b = uint32_t(idx) * 16u;
-    img[idx] = *reinterpret_cast<const uint4*>(b < kRVec ? smem + b : smem + kLpVec + (b - kRVec));
-  }
-  DK_LMARK(6)
-  if constexpr (kProf) {  // one CTA (chunk id 64, head 0): cycles of each phase
-    if (pc == 64 && hv == 0 && lt == 0 && atomicAdd(&g_split_local_printed, 1) == 0)
-      printf("split-local-prof chunk 64 cycles: issue+gates %lld cp_wait %lld norms %lld kkt+epilogue %lld diag_inv %lld "
-             "levels %lld tb+copy_out %lld total %lld\n",
-             ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], clock64() - tstart);
+  if constexpr (kProf) {  // one CTA (chunk id 64, grid row 0): cycles of each phase, summed over its value heads
+    if (pc == 64 && blockIdx.y == 0 && lt == 0 && atomicAdd(&g_split_local_printed, 1) == 0)
+      printf("split-local-prof var %d chunk 64 heads %d cycles: issue+gates %lld cp_wait %lld norms %lld kkt %lld "
+             "factors %lld epilogue %lld inverse+levels %lld tb+copy_out %lld total %lld\n",
+             VAR, nh, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], clock64() - tstart);
   }
 #undef DK_LMARK
 #elif defined(__CUDA_ARCH__)
@@ -829,6 +866,15 @@ __device__ __forceinline__ void wg_rs(float (&d)[8][4], const uint32_t (&a)[4], 
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
 }
+// D[64 x 128] += A[64 x 16] B[16 x 128]: as wg_rs with N = 128, B K-major; accumulator n8 tiles 0..7 in d0, 8..15 in d1.
+__device__ __forceinline__ void wg_rs128(float (&d0)[8][4], float (&d1)[8][4], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d0[0][0]), "+f"(d0[0][1]), "+f"(d0[0][2]), "+f"(d0[0][3]), "+f"(d0[1][0]), "+f"(d0[1][1]), "+f"(d0[1][2]), "+f"(d0[1][3]), "+f"(d0[2][0]), "+f"(d0[2][1]), "+f"(d0[2][2]), "+f"(d0[2][3]), "+f"(d0[3][0]), "+f"(d0[3][1]), "+f"(d0[3][2]), "+f"(d0[3][3]), "+f"(d0[4][0]), "+f"(d0[4][1]), "+f"(d0[4][2]), "+f"(d0[4][3]), "+f"(d0[5][0]), "+f"(d0[5][1]), "+f"(d0[5][2]), "+f"(d0[5][3]), "+f"(d0[6][0]), "+f"(d0[6][1]), "+f"(d0[6][2]), "+f"(d0[6][3]), "+f"(d0[7][0]), "+f"(d0[7][1]), "+f"(d0[7][2]), "+f"(d0[7][3]), "+f"(d1[0][0]), "+f"(d1[0][1]), "+f"(d1[0][2]), "+f"(d1[0][3]), "+f"(d1[1][0]), "+f"(d1[1][1]), "+f"(d1[1][2]), "+f"(d1[1][3]), "+f"(d1[2][0]), "+f"(d1[2][1]), "+f"(d1[2][2]), "+f"(d1[2][3]), "+f"(d1[3][0]), "+f"(d1[3][1]), "+f"(d1[3][2]), "+f"(d1[3][3]), "+f"(d1[4][0]), "+f"(d1[4][1]), "+f"(d1[4][2]), "+f"(d1[4][3]), "+f"(d1[5][0]), "+f"(d1[5][1]), "+f"(d1[5][2]), "+f"(d1[5][3]), "+f"(d1[6][0]), "+f"(d1[6][1]), "+f"(d1[6][2]), "+f"(d1[6][3]), "+f"(d1[7][0]), "+f"(d1[7][1]), "+f"(d1[7][2]), "+f"(d1[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
 #endif
 constexpr uint32_t kWgStage = 67 * 1024;                    // [K panels 16 KB | Q panels 16 KB | V 8 KB | image]
 constexpr uint32_t kWgOO = kSpNs * kWgStage;                // output staging, 4 x bf16 [64][16]
@@ -849,7 +895,13 @@ __global__ void split_wg_prof_print() {
 template <int VAR>
 __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs args) {
 #ifdef DK_GDR_FUSED_SM90A
-  constexpr bool kProf = (VAR & 2) != 0, kAhead = (VAR & 32) != 0;
+  constexpr bool kProf = (VAR & 2) != 0, kAhead = (VAR & 32) != 0, kChain = (VAR & 128) != 0;
+  // kLo: the bf16 lo-part products (S_lo K^T, E_hi Tb_lo, E_lo Tb_hi, (v kdec)_lo K); without them (VAR & 256, a
+  // measurement of the tensor work's share only: below the contract's precision) one bf16 product each.
+  constexpr bool kLo = (VAR & 256) == 0;
+  // kChain: K / Q panels interleaved [K p0 | Q p0 | K p1 | Q p1] (X and S Q^T as one N = 128 product per k16 step),
+  // the V^T tile read under the X group, S / O scaling under the v group.
+  constexpr uint32_t kPan = kChain ? 16384u : 8192u, kQo = kChain ? 8192u : kOQ;
   long long tp = 0, ph[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 #define DK_MARK(i)                  \
   if constexpr (kProf) {            \
@@ -904,9 +956,9 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
         const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
         const int rr = row < n ? row : 0;
         const uint32_t bytes = row < n ? 16u : 0u;
-        const uint32_t off = uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+        const uint32_t off = uint32_t(ch >> 3) * kPan + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
         cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
-        cp_async16(sin + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
+        cp_async16(sin + kQo + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -992,15 +1044,28 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     fence_acc(x);
     fence_acc(o);
     wg_fence();
+    uint32_t vr[4][4];
+    if constexpr (kChain) {
 #pragma unroll
-    for (int kb = 0; kb < 8; ++kb) {
-      const uint32_t ok = uint32_t(kb >> 2) * 8192u + uint32_t(kb & 3) * 32u;
-      const uint64_t dk = wg_desc(sin + kOK + ok, 16, 1024), dq = wg_desc(sin + kOQ + ok, 16, 1024);
-      wg_rs<0>(x, ah[kb], dk);
-      wg_rs<0>(o, ah[kb], dq);
-      wg_rs<0>(x, al[kb], dk);
+      for (int kb = 0; kb < 8; ++kb) {  // B rows 0..63 = K, 64..127 = Q of panel kb / 4
+        const uint64_t dkq = wg_desc(sin + kOK + uint32_t(kb >> 2) * kPan + uint32_t(kb & 3) * 32u, 16, 1024);
+        wg_rs128(x, o, ah[kb], dkq);
+        if constexpr (kLo) wg_rs<0>(x, al[kb], dkq);
+      }
+      wg_commit();
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr[kb]);
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < 8; ++kb) {
+        const uint32_t ok = uint32_t(kb >> 2) * 8192u + uint32_t(kb & 3) * 32u;
+        const uint64_t dk = wg_desc(sin + kOK + ok, 16, 1024), dq = wg_desc(sin + kOQ + ok, 16, 1024);
+        wg_rs<0>(x, ah[kb], dk);
+        wg_rs<0>(o, ah[kb], dq);
+        wg_rs<0>(x, al[kb], dk);
+      }
+      wg_commit();
     }
-    wg_commit();
     wg_wait<0>();
     fence_acc(x);
     fence_acc(o);
@@ -1013,13 +1078,12 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     // E^T = V^T - X^T diag(xsc) (in x).
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
-      uint32_t vr[4];
-      ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr);
+      if constexpr (!kChain) ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr[kb]);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int nt = 2 * kb + hh;
         const float2 xs = *reinterpret_cast<const float2*>(vec + kXsc * 64 + 8 * nt + 2 * q);
-        const float2 v0 = unpack_bf(vr[2 * hh]), v1 = unpack_bf(vr[2 * hh + 1]);
+        const float2 v0 = unpack_bf(vr[kb][2 * hh]), v1 = unpack_bf(vr[kb][2 * hh + 1]);
         x[nt][0] = v0.x - x[nt][0] * xs.x;
         x[nt][1] = v0.y - x[nt][1] * xs.y;
         x[nt][2] = v1.x - x[nt][2] * xs.x;
@@ -1049,10 +1113,30 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     for (int kb = 0; kb < 4; ++kb) {
       const uint64_t dth = wg_desc(sstg + kOTh + 32u * kb, 16, 1024), dtl = wg_desc(sstg + kOTl + 32u * kb, 16, 1024);
       wg_rs<0>(vn, eh[kb], dth);
-      wg_rs<0>(vn, eh[kb], dtl);
-      wg_rs<0>(vn, el[kb], dth);
+      if constexpr (kLo) {
+        wg_rs<0>(vn, eh[kb], dtl);
+        wg_rs<0>(vn, el[kb], dth);
+      }
     }
     wg_commit();
+    const float gl = vec[kMisc * 64];
+    if constexpr (kChain) {  // under the v group: O^T diag(qsc), e^{g_last} S^T (neither is an operand of it)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float2 qs = *reinterpret_cast<const float2*>(vec + kQsc * 64 + 8 * nt + 2 * q);
+        o[nt][0] *= qs.x;
+        o[nt][1] *= qs.y;
+        o[nt][2] *= qs.x;
+        o[nt][3] *= qs.y;
+      }
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) DK_S(nt, i) *= gl;
+      fence_acc(o);  // pinned here, before the wait (else the compiler sinks the scaling below it)
+      fence_acc(s0);
+      fence_acc(s1);
+    }
     wg_wait<0>();
     fence_acc(vn);
 #pragma unroll
@@ -1062,16 +1146,17 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     }
     DK_MARK(3)
     // O^T = O^T diag(qsc) + v_hi^T P^T (B = P rows t, K-major over s), issued; then the S update behind it.
+    if constexpr (!kChain) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float2 qs = *reinterpret_cast<const float2*>(vec + kQsc * 64 + 8 * nt + 2 * q);
-      o[nt][0] *= qs.x;
-      o[nt][1] *= qs.y;
-      o[nt][2] *= qs.x;
-      o[nt][3] *= qs.y;
+      for (int nt = 0; nt < 8; ++nt) {
+        const float2 qs = *reinterpret_cast<const float2*>(vec + kQsc * 64 + 8 * nt + 2 * q);
+        o[nt][0] *= qs.x;
+        o[nt][1] *= qs.y;
+        o[nt][2] *= qs.x;
+        o[nt][3] *= qs.y;
+      }
     }
     uint32_t va[4][4], wh[4][4], wl[4][4];
-    const float gl = vec[kMisc * 64];
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
       va[kb][0] = pack_bf(vn[2 * kb][0], vn[2 * kb][1]);
@@ -1086,10 +1171,12 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
         split2(vn[nt][2] * kd.x, vn[nt][3] * kd.y, wh[kb][2 * hh + 1], wl[kb][2 * hh + 1]);
       }
     }
+    if constexpr (!kChain) {
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
+      for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) DK_S(nt, i) *= gl;
+        for (int i = 0; i < 4; ++i) DK_S(nt, i) *= gl;
+    }
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
       fence_frag(va[kb]);
@@ -1107,11 +1194,13 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
       const uint64_t d0 = wg_desc(sin + kOK + 2048u * kb, 8192, 1024);
-      const uint64_t d1 = wg_desc(sin + kOK + 8192u + 2048u * kb, 8192, 1024);
+      const uint64_t d1 = wg_desc(sin + kOK + kPan + 2048u * kb, 8192, 1024);
       wg_rs<1>(s0, wh[kb], d0);
       wg_rs<1>(s1, wh[kb], d1);
-      wg_rs<1>(s0, wl[kb], d0);
-      wg_rs<1>(s1, wl[kb], d1);
+      if constexpr (kLo) {
+        wg_rs<1>(s0, wl[kb], d0);
+        wg_rs<1>(s1, wl[kb], d1);
+      }
     }
     wg_commit();
     wg_wait<1>();  // the O group (committed first) is done; the S update may still run
@@ -1186,26 +1275,28 @@ template <int VAR>
 dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   const DkGdrPrefillFusedParams& p = a.p;
+  constexpr int LV = VAR & 67, SV = VAR & 434;  // the bits each kernel reads (1, 2, 64 / 2, 16, 32, 128, 256)
   if ((VAR & 8) == 0 && a.w.nt > 0) {
-    if (cudaFuncSetAttribute(split_local_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
+    if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
         cudaSuccess)
       return dk::launch_status();
-    split_local_kernel<VAR><<<dim3(static_cast<unsigned>(a.w.nt), static_cast<unsigned>(p.h_v)), 128, kLpSmem, s>>>(a);
+    const unsigned rows = static_cast<unsigned>((LV & 64) != 0 ? p.h_k : p.h_v);
+    split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), rows), 128, kLpSmem, s>>>(a);
     if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   }
   if ((VAR & 4) != 0) return DK_OK;
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v), static_cast<unsigned>(p.v_dim / kBV));
-  if constexpr ((VAR & 16) != 0) {
-    if (cudaFuncSetAttribute(split_wg_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
+  if constexpr ((SV & 16) != 0) {
+    if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
         cudaSuccess)
       return dk::launch_status();
-    split_wg_kernel<VAR><<<grid, kThreads, kWgSmem, s>>>(a);
-    if constexpr ((VAR & 2) != 0) split_wg_prof_print<<<1, 1, 0, s>>>();
+    split_wg_kernel<SV><<<grid, kThreads, kWgSmem, s>>>(a);
+    if constexpr ((SV & 2) != 0) split_wg_prof_print<<<1, 1, 0, s>>>();
   } else {
-    if (cudaFuncSetAttribute(split_state_kernel<VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSpSmem)) !=
+    if (cudaFuncSetAttribute(split_state_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSpSmem)) !=
         cudaSuccess)
       return dk::launch_status();
-    split_state_kernel<VAR><<<grid, kThreads, kSpSmem, s>>>(a);
+    split_state_kernel<SV><<<grid, kThreads, kSpSmem, s>>>(a);
   }
   return dk::launch_status();
 }
@@ -1217,7 +1308,7 @@ dk_status split_check(const DkGdrPrefillFusedParams* p) {
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0 || p->k_dim * p->v_dim * 2 < int64_t(kStRest))
     return DK_ERR_UNSUPPORTED;
-  if (p->variant < 0 || p->variant > 63) return DK_ERR_INVALID_ARGUMENT;
+  if (p->variant < 0 || p->variant > 511) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -1249,13 +1340,29 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
     case 0: return launch_split<0>(a, s);
     case 2: return launch_split<2>(a, s);
     case 4: return launch_split<4>(a, s);
+    case 5: return launch_split<5>(a, s);
     case 8: return launch_split<8>(a, s);
     case 16: return launch_split<16>(a, s);
+    case 17: return launch_split<17>(a, s);
     case 18: return launch_split<18>(a, s);
     case 24: return launch_split<24>(a, s);
     case 48: return launch_split<48>(a, s);
     case 50: return launch_split<50>(a, s);
     case 56: return launch_split<56>(a, s);
-    default: return DK_ERR_INVALID_ARGUMENT;  // variants 0, 2, 4, 8, 16, 18, 24, 48, 50, 56 are instantiated
+    case 80: return launch_split<80>(a, s);
+    case 81: return launch_split<81>(a, s);
+    case 82: return launch_split<82>(a, s);
+    case 83: return launch_split<83>(a, s);
+    case 84: return launch_split<84>(a, s);
+    case 85: return launch_split<85>(a, s);
+    case 144: return launch_split<144>(a, s);
+    case 146: return launch_split<146>(a, s);
+    case 152: return launch_split<152>(a, s);
+    case 208: return launch_split<208>(a, s);
+    case 209: return launch_split<209>(a, s);
+    case 210: return launch_split<210>(a, s);
+    case 408: return launch_split<408>(a, s);
+    case 465: return launch_split<465>(a, s);
+    default: return DK_ERR_INVALID_ARGUMENT;  // the instantiated variants are the cases above
   }
 }

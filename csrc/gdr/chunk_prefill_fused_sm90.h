@@ -43,7 +43,14 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * arguments as DkGdrPrefillFusedParams describes; DK_ERR_UNSUPPORTED / DK_ERR_NO_KERNEL_IMAGE as the _check (nothing
  * enqueued: the caller then runs the portable Triton pipeline). variant bits: 2 = clock64 phase profile of the state
  * warps (printed once per process), 4 = local pass only, 8 = state kernel only (timing splits; wrong results),
- * 16 = the state kernel with every state-side product on wgmma (split_wg_kernel; 18 = 16 + 2, 24 = 16 + 8). */
+ * 16 = the state kernel with every state-side product on wgmma (split_wg_kernel; 18 = 16 + 2, 24 = 16 + 8), 32 = its
+ * loaders keep two chunks in flight, 1 = MUFU exp for the local pass's decay factors, 64 = local pass per (chunk, key
+ * head) looping over the key head's value heads (K / Q tiles, norms, raw K K^T / Q K^T once per key head; grid
+ * (nt, H_k)), 128 = the wgmma state kernel's chain variant (X and S Q^T as one N = 128 product per k16 step over
+ * interleaved K / Q panels, the V^T tile read under the X group, O / S scaling under the v group), 256 = the state
+ * kernel without its bf16 lo-part products (one bf16 product each: a measurement of the tensor work's share, BELOW the
+ * contract's precision). Instantiated: 0, 2, 4, 5, 8, 16, 17, 18, 24, 48, 50, 56, 80-85, 144, 146, 152, 208-210, 408,
+ * 465; others DK_ERR_INVALID_ARGUMENT. The library default is 209. */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

@@ -8,6 +8,7 @@
 #                         configurations), norm.* and the sm_90a CUDA state pass (csrc/gdr/chunk_prefill_sm90.cu,
 #                         not dispatched yet) — so the harness times the library's own kernels with no
 #                         Triton JIT compile on the GPU host.
+# GDR_BUNDLE_TESTS: the test binaries (default: the five above); GDR_BUNDLE_NO_AOT=1: skip libdk_gdr_bench.so.
 # Run from the repository root after `tools/setup-toolchain`. Keep .gpu-gdr + the anchor kit + the tree under the
 # 64 MiB a device call carries (the full kit does not fit beside the tree: tools/tune/gdr_device_call.sh stash).
 set -euo pipefail
@@ -15,16 +16,17 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 cu="${DELTAKIT_CUDA_HOME:-.toolchain/cuda}"
 py="${DELTAKIT_PYTHON:-.toolchain/venv/bin/python}"
-mkdir -p .gpu-gdr
+bd="${GDR_BUNDLE_DIR:-.gpu-gdr}"  # output folder (git-ignored: .gpu*)
+mkdir -p "$bd"
 if [ -z "${GDR_BUNDLE_SKIP_TESTS:-}" ]; then
   json="$(mktemp)"
   trap 'rm -f "$json"' EXIT
-  tests=(gdr_decode gdr_chunk_prefill conv1d_prefill conv1d_update norm_rms ${GDR_BUNDLE_EXTRA_TESTS:-})
+  tests=(${GDR_BUNDLE_TESTS:-gdr_decode gdr_chunk_prefill conv1d_prefill conv1d_update norm_rms} ${GDR_BUNDLE_EXTRA_TESTS:-})
   args=()
   for t in "${tests[@]}"; do args+=(--test "$t"); done
   cargo test --release --features cuda "${args[@]}" --no-run --message-format=json-render-diagnostics >"$json"
-  rm -rf .gpu-gdr/bin && mkdir -p .gpu-gdr/bin
-  python3 - "$json" <<'PY' | while read -r exe; do cp "$exe" .gpu-gdr/bin/; done
+  rm -rf "$bd"/bin && mkdir -p "$bd"/bin
+  python3 - "$json" <<'PY' | while read -r exe; do cp "$exe" "$bd"/bin/; done
 import json, sys
 for line in open(sys.argv[1]):
     try:
@@ -34,12 +36,12 @@ for line in open(sys.argv[1]):
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])
 PY
-  strip .gpu-gdr/bin/* || true
-  tar -cf - -C .gpu-gdr/bin . | xz -9 -T1 >.gpu-gdr/bin.tar.xz
-  rm -rf .gpu-gdr/bin
+  strip "$bd"/bin/* || true
+  tar -cf - -C "$bd"/bin . | xz -9 -T1 >"$bd"/bin.tar.xz
+  rm -rf "$bd"/bin
 fi
 # The criterion bench of gdr.chunk_prefill (library dispatch, per DELTAKIT_GDR_PREFILL: step `benchpipes`).
-rm -f .gpu-gdr/bench_gdr_chunk_prefill.xz
+rm -f "$bd"/bench_gdr_chunk_prefill.xz
 if [ -n "${GDR_BUNDLE_BENCH:-}" ]; then
   bjson="$(mktemp)"
   cargo bench --features cuda --bench gdr_chunk_prefill --no-run --message-format=json-render-diagnostics >"$bjson"
@@ -49,18 +51,23 @@ for l in open(sys.argv[1]):
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gdr_chunk_prefill" and "bench" in m["target"]["kind"]: print(m["executable"])' "$bjson" | tail -n 1)
   rm -f "$bjson"
-  cp "$exe" .gpu-gdr/bench_gdr_chunk_prefill && strip .gpu-gdr/bench_gdr_chunk_prefill || true
-  xz -9 -T1 -f .gpu-gdr/bench_gdr_chunk_prefill
+  cp "$exe" "$bd"/bench_gdr_chunk_prefill && strip "$bd"/bench_gdr_chunk_prefill || true
+  xz -9 -T1 -f "$bd"/bench_gdr_chunk_prefill
 fi
-rm -f .gpu-gdr/libdk_gdr_decode.so
+rm -f "$bd"/libdk_gdr_decode.so
 if [ -z "${GDR_BUNDLE_NO_DECODE:-}" ]; then  # the decode rows of the harness (not needed for prefill / streaming)
   "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
-    -L"$cu/lib" -o .gpu-gdr/libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
+    -L"$cu/lib" -o "$bd"/libdk_gdr_decode.so tools/tune/gdr_decode_lib.cu csrc/common/status.cu
 fi
 
+if [ -n "${GDR_BUNDLE_NO_AOT:-}" ]; then  # only the test / bench binaries (the split pipeline's calls need no AOT lib)
+  rm -f "$bd"/libdk_gdr_bench.so
+  du -sh "$bd"/*
+  exit 0
+fi
 # AOT launchers of the K = V = 128 chunk-prefill entries + variants (aot.py, the library's compiler). The
 # cubin cache of the library build is reused when present (same keys: entry, arch, Triton version, source).
-gen=.gpu-gdr/aot
+gen="$bd"/aot
 rm -rf "$gen" && mkdir -p "$gen/cache"
 for c in target/release/build/deltakit-*/out/triton/cache; do [ -d "$c" ] && cp -n "$c"/* "$gen/cache/" 2>/dev/null || true; done
 "$py" - "$gen/lib_manifest.toml" <<'PY'
@@ -88,10 +95,10 @@ PY
 "$py" triton_aot/aot.py --out "$gen" --archs 90a --manifest "$gen/lib_manifest.toml" \
   --manifest tools/tune/gdr_prefill_variants.toml | sed 's/^/  /'
 "$cu/bin/nvcc" -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -Icsrc/include \
-  -Itriton_aot/runtime -I"$gen" -I"$cu/include" -L"$cu/lib" -o .gpu-gdr/libdk_gdr_bench.so \
+  -Itriton_aot/runtime -I"$gen" -I"$cu/include" -L"$cu/lib" -o "$bd"/libdk_gdr_bench.so \
   "$gen"/dk_triton_*.c triton_aot/runtime/dk_triton_runtime.c tools/tune/conv1d_tune_lib.cu \
   tools/tune/conv1d_update_tune_lib.cu csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/gdr/chunk_prefill_sm90.cu csrc/gdr/chunk_prefill_fused_sm90.cu \
   csrc/common/status.cu -lpthread
 rm -rf "$gen"
-strip .gpu-gdr/*.so || true
-du -sh .gpu-gdr/*
+strip "$bd"/*.so || true
+du -sh "$bd"/*

@@ -1,20 +1,50 @@
 #!/usr/bin/env bash
 # Device call for the split sm_90a chunk prefill (DELTAKIT_GDR_PREFILL=split, the default since session 5: local
-# pass + state kernel, csrc/gdr/chunk_prefill_fused_sm90.cu), carry .gpu-gdr built by
-# `GDR_BUNDLE_BENCH=1 GDR_BUNDLE_NO_DECODE=1 bash tools/tune/gdr_bundle.sh`. Logs in $OUT; a summary prints last.
+# pass + state kernel, csrc/gdr/chunk_prefill_fused_sm90.cu), carry $BD (default .gpu-gdr) built by
+# `GDR_BUNDLE_DIR=$BD GDR_BUNDLE_TESTS=gdr_chunk_prefill GDR_BUNDLE_BENCH=1 GDR_BUNDLE_NO_DECODE=1 GDR_BUNDLE_NO_AOT=1
+#  bash tools/tune/gdr_bundle.sh`. Logs in $OUT; a summary prints last.
 # Runs are "label:DELTAKIT_GDR_PREFILL:DELTAKIT_GDR_SPLIT_VARIANT" ("-" = unset, i.e. the library default).
+#   0. `stash` as the only argument: copy .anchor-kit-libs/site-libs.tar.xz to /tmp/dk-kit and exit (a first call that
+#      carries the kit; the second, carrying $BD and .anchor-kit-py, must follow while the machine is warm)
 #   1. concurrently: the chunk-prefill tests for each run in $TEST_RUNS, compute-sanitizer for each
-#      "tool:label:prefill:variant" in $SAN_RUNS (gates_at_the_edge + varlen_initial_states; racecheck: varlen only)
-#   2. which kernels each pipeline in $PROBE_PIPES launches (ncu kernel list at 27B TP1): an sm_90a opt-in whose
+#      "tool:label:prefill:variant" in $SAN_RUNS (gates_at_the_edge + varlen_initial_states; racecheck: varlen only);
+#      with ANCHORS=1 also the first calls of FlashInfer (all $ANCHOR_SHAPES) and FLA ($FLA_SHAPES) in one
+#      tools/bench_anchors_gdr.py process per shape (FlashInfer only where /tmp/dk-kit holds the stashed libraries)
+#   2. ANCHORS=1: the anchors timed, one process at a time, after the tests (same inputs / timing as the kit)
+#   3. which kernels each pipeline in $PROBE_PIPES launches (ncu kernel list at 27B TP1): an sm_90a opt-in whose
 #      sm90a_image probe were wrong would fall back silently to the Triton pipeline
-#   3. alone: clock64 phase profiles at 27B TP1 for each run in $PROF_RUNS (split variants with bit 2)
-#   4. alone: the criterion bench (all shapes) for each run in $BENCH_RUNS
+#   4. alone: clock64 phase profiles at 27B TP1 for each run in $PROF_RUNS (split variants with bit 2)
+#   5. alone: the criterion bench (all shapes) for each run in $BENCH_RUNS
+#   6. $NCU_RUN ("label:prefill:variant:kernel-regex"): one ncu profile (launch 3 of that kernel, 27B TP1)
 set -uo pipefail
 out="${OUT:-/tmp/split-call}"; mkdir -p "$out"
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 ))s; }
+if [ "${1:-}" = stash ]; then
+  mkdir -p /tmp/dk-kit && cp .anchor-kit-libs/site-libs.tar.xz /tmp/dk-kit/ && ls -la /tmp/dk-kit; echo "stash $(el)"; exit 0
+fi
+bd="${BD:-.gpu-gdr}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader >"$out/summary.txt"
-mkdir -p /tmp/gdrbin && tar -xJf .gpu-gdr/bin.tar.xz -C /tmp/gdrbin
-xz -dc .gpu-gdr/bench_gdr_chunk_prefill.xz >/tmp/bench_gdr_cp && chmod +x /tmp/bench_gdr_cp
+mkdir -p /tmp/gdrbin && tar -xJf "$bd"/bin.tar.xz -C /tmp/gdrbin
+xz -dc "$bd"/bench_gdr_chunk_prefill.xz >/tmp/bench_gdr_cp && chmod +x /tmp/bench_gdr_cp
+rm -f /tmp/split_tests_done /tmp/split_unpack_done /tmp/split_anchor.lock; rm -rf /tmp/split_barrier
+site=/tmp/anchor-site apids=()
+if [ -n "${ANCHORS:-}" ]; then
+  (mkdir -p "$site"
+   [ -f /tmp/dk-kit/site-libs.tar.xz ] && tar -xJf /tmp/dk-kit/site-libs.tar.xz -C "$site" && echo "site-libs unpacked"
+   tar -xJf .anchor-kit-py/site-py.tar.xz -C "$site" && echo "site-py unpacked"
+   echo "unpack done at $(el)"; touch /tmp/split_unpack_done) >/tmp/unpack.log 2>&1 &
+  libs=fi,fla; [ -f /tmp/dk-kit/site-libs.tar.xz ] || libs=fla
+  shapes=(${ANCHOR_SHAPES:-tp1 tp2 9b8 9b64k})
+  for shape in "${shapes[@]}"; do
+    fla=""; for f in ${FLA_SHAPES:-tp1 tp2}; do [ "$f" = "$shape" ] && fla="--fla-prefill $shape"; done
+    (while [ ! -f /tmp/split_unpack_done ]; do sleep 0.5; done
+     PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages" timeout "${ANCHOR_TIMEOUT:-300}" \
+       python3 tools/bench_anchors_gdr.py --site "$site" --out "/tmp/anchors_$shape.json" --libs "$libs" --skip-decode \
+       --prefill "$shape" $fla --prepass --budget-s 280 --wait-file /tmp/split_tests_done \
+       --lock-file /tmp/split_anchor.lock --barrier "/tmp/split_barrier:${#shapes[@]}" >"/tmp/anchors_$shape.txt" \
+       2>"/tmp/anchors_$shape.err"; echo "rc=$?" >>"/tmp/anchors_$shape.err") & apids+=($!)
+  done
+fi
 bin=$(ls /tmp/gdrbin/gdr_chunk_prefill-* | head -n 1)
 export DELTAKIT_REQUIRE_GPU=1
 runenv() {  # prefill variant -> env assignments
@@ -38,6 +68,13 @@ for r in ${SAN_RUNS:-memcheck:default:-:- memcheck:split48:split:48 racecheck:de
 done
 for p in "${pids[@]}"; do wait "$p"; done
 echo "tests + sanitizers done at $(el)" >>"$out/summary.txt"
+touch /tmp/split_tests_done
+for p in "${apids[@]}"; do wait "$p"; done
+if [ -n "${ANCHORS:-}" ]; then
+  echo "anchors done at $(el)" >>"$out/summary.txt"
+  cat /tmp/unpack.log /tmp/anchors_*.err | grep -vE "^\s*$" | tail -n 40 >"$out/anchors.log"
+  python3 tools/bench_anchors_gdr.py --merge /tmp/anchors_*.json >>"$out/anchors.log" 2>&1
+fi
 for f in /tmp/t_*.log /tmp/san_*.log; do
   [ -f "$f" ] || continue
   cat "$f" >>"$out/tests.log"
@@ -64,6 +101,15 @@ for r in ${BENCH_RUNS:-default:-:- triton:wsplit_splitz:- split48:split:48 split
   env $(runenv "$pipe" "$var") timeout 90 /tmp/bench_gdr_cp --bench $ba >>"$out/bench.log" 2>&1; echo "rc=$?" >>"$out/bench.log"
 done
 echo "bench done at $(el)" >>"$out/summary.txt"
+if [ -n "${NCU_RUN:-}" ]; then
+  IFS=: read -r label pipe var kre <<<"$NCU_RUN"
+  env $(runenv "$pipe" "$var") timeout 120 ncu --kernel-name "regex:$kre" --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+    /tmp/bench_gdr_cp --bench 27b_tp1 --warm-up-time 0.05 --measurement-time 0.05 >"$out/ncu_$label.txt" 2>&1
+  echo "ncu $label done at $(el)" >>"$out/summary.txt"
+fi
 cat "$out/prof.log" >>"$out/summary.txt"
 grep -E "^=== |^gdr_chunk_prefill/|time:" "$out/bench.log" | grep -v "%" >>"$out/summary.txt"
+[ -f "$out/anchors.log" ] && grep -E "prefill|ms" "$out/anchors.log" | tail -n 12 >>"$out/summary.txt"
 cat "$out/summary.txt"

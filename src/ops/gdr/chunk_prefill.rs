@@ -355,8 +355,11 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// kernel variant (`csrc/gdr/chunk_prefill_fused_sm90.h`: 0 = the mma.sync state kernel, 2 =
 /// clock64 phase profiles, 4 = local pass only, 8 = state kernel only (4 and 8 give wrong results
 /// and exist to time the two launches apart), 16 = the state kernel on wgmma, 32 = its loaders keep
-/// two chunks in flight; 18, 24, 48, 50, 56 combine them). Unset or unparsable:
-/// [`SPLIT_VARIANT`].
+/// two chunks in flight, 1 = MUFU exp for the local pass's decay factors, 64 = the local pass per
+/// (chunk, key head) over that key head's value heads, 128 = the wgmma state kernel's shorter
+/// chain (one N = 128 product for X and S Q^T), 256 = no bf16 lo-part products in the state
+/// kernel (below the contract's precision: measurement only); 5, 17, 18, 24, 48, 50, 56, 80-85,
+/// 144, 146, 152, 208-210, 408, 465 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
@@ -371,9 +374,11 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 16, the
-/// state kernel on wgmma.
-const SPLIT_VARIANT: i32 = 16;
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 209 =
+/// the local pass per (chunk, key head) with MUFU exp decays (64 + 1) and the state kernel on wgmma
+/// with the shorter chain (16 + 128); H200 2026-12-01 (session 6): 0.475 / 0.389 / 2.25 / 3.20 ms
+/// at 27B TP1 / TP2 / 9B 8 x 8192 / 9B 1 x 65536 vs 0.523 / 0.414 / 2.52 / 3.48 for 16.
+const SPLIT_VARIANT: i32 = 209;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
