@@ -23,14 +23,16 @@
 // the CTA writes zero output and touches no state. State loads/stores use the evict-first (.cs)
 // cache policy.
 // Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
-// registers; the default) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
-// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). One more opt-in K = V = 128
+// registers) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
+// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). One more K = V = 128
 // kernel has its own token loop, built from the same per-token helpers: decode_sl_kernel (the tile landed in
-// shared memory by cp.async, streamed from there; not yet measured). A cluster split-K kernel (a cluster of
+// shared memory by cp.async, streamed from there; the default for T = 1 from kSlMinHeads (row, head) pairs,
+// 2-3% faster than the register tile there on an H200). A cluster split-K kernel (a cluster of
 // CTAs per head, partials through distributed shared memory) measured 1.03-2x slower on an H200 and was removed
 // (docs/benchmarks/2026-12-01-gdrdec-s5.md).
 // Dispatch (launch_kv /
-// launch_reg, K, V in {64, 128}): K = V = 128 (any T; the PRE + FG kernels, see below) with
+// launch_reg, K, V in {64, 128}): K = V = 128, T = 1 with >= 768 (row, head) pairs: decode_sl_kernel, BV = 64,
+// NW = 2, 5 CTAs per SM (launch_sl). Else K = V = 128 (any T; the PRE + FG kernels, see below) with
 // 256..400 (row, head) pairs (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
 // else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1. Other K, V in
 // {64, 128}: exact kernels, the same tiles for T = 1 only with the 64-column one from 512 tiles (T > 1:
@@ -763,7 +765,8 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 #endif
 }
 
-// ---- shared-memory-landed one-shot variant (opt-in; DELTAKIT_GDR_DECODE=sl_bv64_nw1 | sl_bv64_nw2) -------------
+// ---- shared-memory-landed one-shot variant (the T = 1 default from kSlMinHeads pairs; forced for every K = V = 128
+// call by DELTAKIT_GDR_DECODE=sl_bv64_nw1 | sl_bv64_nw2) ------------------------------------------------------------
 // K = V = 128. The register kernel parks its 32 KB tile in registers for the CTA's whole life (255 registers, 4
 // CTAs per SM), but has loads in flight only during the load phase: the H200 timeline (2026-12-01 session 5,
 // docs/benchmarks/2026-12-01-gdrdec-s5.md) shows load 3.8 us, compute 2.8 us, store issue 1.0 us per CTA, i.e.
@@ -772,6 +775,14 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 // shared memory (dots, then update in place / store), and registers stay small: shared memory (<= 227 KB per
 // SM: 6 CTAs of 34.5 KB for BV = 64, 1 warp) bounds the CTAs per SM instead of the register file. Same thread
 // mapping, reductions, gating (FG) and token-0 prefetch (PRE) as decode_kernel<..., PRE, FG>.
+// H200 2026-12-01 session 6 (27B, T = 1, L2-cold): BV = 64 with 2 warps (5 CTAs/SM, 160 KB of tiles per SM) 1.6-2.7%
+// faster than the register tile at >= 768 (row, head) pairs (TP1 B=256 402.2 vs 413.3 us, 4.00 TB/s; FLA 387.7),
+// 1 warp (6 CTAs/SM) 0.3-1% behind it, BV = 32 3-7% slower; T = 4: 12-27% slower than the register tile at B = 16 / 64.
+// ncu (TP1 B=256): DRAM active cycles equal to the register kernel's and FLA's (1.037 M for the same 1.59 GB), the
+// elapsed cycles not: DRAM busy 83% of the kernel (register tile 81%, FLA 86%). The gap is DRAM idle time, i.e. too
+// few requests outstanding part of the time: a CTA's tile buffer is held for its whole life but has loads in flight
+// only before its compute / store phases, and the single-warp compute streams 2 x 32 KB from shared memory
+// (short-scoreboard stalls 3.7 per issue vs 1.3 in the register kernel) at 5.9 warps per SM (FLA: 30).
 template <int K, int V, int BV, int NW, bool L2, int MINB = 1>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
@@ -908,8 +919,17 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   if (blocks == 0) return DK_OK;
   if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
   auto kern = l2 ? decode_sl_kernel<K, V, BV, NW, true, MINB> : decode_sl_kernel<K, V, BV, NW, false, MINB>;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
-    return dk::launch_status();
+  // The carveout is a per-function, per-device attribute: set once per (instantiation, device), not per call
+  // (a driver call on every decode launch would cost host time in eager mode). Devices past 63 set it every call.
+  static std::atomic<uint64_t> carveout_set[2];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+  const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
+  if (bit == 0 || (carveout_set[l2].load(std::memory_order_relaxed) & bit) == 0) {
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+      return dk::launch_status();
+    carveout_set[l2].fetch_or(bit, std::memory_order_relaxed);
+  }
   kern<<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
   return dk::launch_status();
 }
@@ -932,11 +952,19 @@ constexpr int64_t kWideTileMinTilesFg = 256;
 // whole head (BV = 128, 4 warps, R = 32 rows per thread), register use capped for 3 CTAs per SM
 // (168 registers; the kernels without PRE spill nothing, the PRE ones -- the dispatched FG tile, and the exact
 // one with the q/k L2 norm -- 16 bytes (ptxas, sm_90a): four of token 0's prefetched inputs, 4 STL before the
-// token loop and 4 LDL at token 0, once per thread, L1-resident), so the grid is one wave of <= 396 CTAs on an H200: 27B TP2 batch 16
-// (384 heads) 17.7 us vs 18.9 us L2-cold (13.7 vs 14.4 us warm). With more heads (several waves)
+// token loop and 4 LDL at token 0, once per thread, L1-resident), so the grid is one wave of <= 396 CTAs on an
+// H200: 27B TP2 batch 16 (384 heads) 17.7 us vs 18.9 us L2-cold (13.7 vs 14.4 us warm). With more heads (several waves)
 // it is 1-3.5% slower than the 64-column tile (tools/bench_anchors_gdr.py sweep, 2026-12-01).
 constexpr int64_t kWholeHeadMinHeads = 256;
 constexpr int64_t kWholeHeadMaxHeads = 400;
+
+// K = V = 128, T = 1, from this many (row, head) pairs (1536 64-column tiles, 27B TP1 batch 16): the shared-memory-
+// landed tile decode_sl_kernel<64 columns, 2 warps, 5 CTAs/SM> instead of the 64-column register tile. H200
+// 2026-12-01 session 6 (L2-cold us, register tile -> sl): TP1 B=16 30.8 -> 30.0, B=64 106.1 -> 104.4, B=256 413.3 ->
+// 402.2 (4.00 TB/s); TP2 B=64 56.5 -> 55.4, B=256 211.1 -> 206.0; TP2 B=16 (384 pairs, the whole-head tile) 17.3 = 17.3
+// (not switched). T > 1 keeps the register tiles (sl 12-27% slower at T = 4 B = 16 / 64: the tile is re-read from
+// shared memory every token). Between 400 and 768 pairs unmeasured (register tile kept).
+constexpr int64_t kSlMinHeads = 768;
 
 // Decode path override, DELTAKIT_GDR_DECODE (read once per process; unset or any other value =
 // kAuto, the tuned dispatch of launch_kv: for K = V = 128 the PRE + FG kernels with the tile rule
@@ -952,12 +980,13 @@ constexpr int64_t kWholeHeadMaxHeads = 400;
 // T > 1 with >= 256 (row, head) pairs (K = V = 128; a candidate default); "reg_fg" = the same tiles with the FG kernels (PRE + gating /
 // norm math through the hardware approximations; a candidate default); "sl_bv64_nw1", "sl_bv64_nw2" = the
 // shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 warps) for every K = V = 128 call (other
-// K, V: the default dispatch). Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured
-// 1.03-2x slower on an H200 and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md.)
+// K, V: the default dispatch); "reg_tiles" = the default without its sl route (the register-tile dispatch that
+// was the default until 2026-12-01 session 5). Small head dims are unaffected. (A cluster split-K kernel,
+// "cl*_nw*", measured 1.03-2x slower on an H200 and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md.)
 // For tests and measurements.
 enum class Path {
   kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
-  kSl64Nw1, kSl64Nw2
+  kSl64Nw1, kSl64Nw2, kRegTiles
 };
 
 inline Path path_selected() {
@@ -976,6 +1005,7 @@ inline Path path_selected() {
     if (std::strcmp(e, "reg_exact") == 0) return Path::kRegExact;
     if (std::strcmp(e, "sl_bv64_nw1") == 0) return Path::kSl64Nw1;
     if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
+    if (std::strcmp(e, "reg_tiles") == 0) return Path::kRegTiles;
     return Path::kAuto;
   }();
   return path;
@@ -1003,7 +1033,8 @@ dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
 }
 
 // The default (kAuto) is the register-tile dispatch (K = V = 128: PRE + FG kernels, tile rule for every
-// T; H200 2026-12-01 vs the previous dispatch: T = 1 -1..-14%, T = 4 -3..-21%): the TMA-fed kernel
+// T; H200 2026-12-01 vs the previous dispatch: T = 1 -1..-14%, T = 4 -3..-21%) with the shared-memory-landed
+// tile for K = V = 128, T = 1 from kSlMinHeads (row, head) pairs (session 6: -1.6..-2.7%): the TMA-fed kernel
 // passed every test but measured
 // 1.2-1.5x slower at every 27B shape (H200, 2026-12-01 session 4: TP1 B=64 163.9 us for 64/4/3, 129.8 for
 // 128/4/2 vs 107.2 for the register 64-column tile; ncu: DRAM 48%, 12.5% occupancy — each CTA's per-item
@@ -1012,9 +1043,11 @@ dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
 template <int K, int V>
 dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
   const Path path = path_selected();
-  if (path == Path::kAuto || path == Path::kRegExact) {
+  if (path == Path::kAuto || path == Path::kRegExact || path == Path::kRegTiles) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kRegExact) return launch_reg<K, V, true, false, false, true>(a, l2, stream);
+      if (path == Path::kAuto && a.t == 1 && a.n * a.h_v >= kSlMinHeads)
+        return launch_sl<K, V, 64, 2, 5>(a, l2, stream);
       return launch_reg<K, V, true, true, false, true>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);

@@ -49,20 +49,24 @@ pub struct DecodeStrides {
 /// `q`, `k`, `v`, `state`, `out` 16-byte aligned.
 ///
 /// Kernels (`csrc/gdr/decode.cu`): by default a one-shot register-tile kernel, the tile chosen by
-/// the number of (row, head) pairs. For `K = V = 128` (every `T`) the default kernel loads a row's
-/// first-token inputs before its slot and computes the gating (`exp`, `softplus`, `sigmoid`) and
-/// the q/k norms (`rsqrt`) with the hardware approximations (relative error ~1e-6 in f32, well
-/// below the bf16 output rounding); other head dims use the exact kernel (tiled by pairs for
-/// `T = 1` only). `DELTAKIT_GDR_DECODE` (read once per process; for tests and measurements) selects
-/// instead: `reg` (the exact kernel with the earlier dispatch: `T > 1` always 16-column tiles),
-/// `reg_exact` (the default's tiles, exact gating math, `K = V = 128`), `reg_pre` / `reg_bv128` /
-/// `reg_pre_bv128` / `reg_fg` (measurement variants, `K = V = 128`: the exact first-input-ahead
-/// kernel with the earlier dispatch / the whole-head tile for every call / whole-head tiles for
-/// `T > 1` from 256 pairs, exact or approximate), or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
-/// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles into
-/// shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128} (passes
-/// the same tests; 1.2-1.5x slower on an H200). Unset or any other value: the default. The paths
-/// differ only in f32 rounding (summation order of the `K`-reductions, approximate gating).
+/// the number of (row, head) pairs; for `K = V = 128`, `T = 1` and >= 768 (row, head) pairs a
+/// one-shot kernel whose 64-column tile lands in shared memory (`cp.async`) and is streamed from
+/// there (more state in flight per SM; 1.6-2.7% faster on an H200). For `K = V = 128` (every `T`)
+/// the default kernels load a row's first-token inputs before its slot and compute the gating
+/// (`exp`, `softplus`, `sigmoid`) and the q/k norms (`rsqrt`) with the hardware approximations
+/// (relative error ~1e-6 in f32, well below the bf16 output rounding); other head dims use the
+/// exact kernel (tiled by pairs for `T = 1` only). `DELTAKIT_GDR_DECODE` (read once per process;
+/// for tests and measurements) selects instead: `reg` (the exact kernel with the earlier dispatch:
+/// `T > 1` always 16-column tiles), `reg_exact` (the default's tiles, exact gating math, `K = V =
+/// 128`), `reg_pre` / `reg_bv128` / `reg_pre_bv128` / `reg_fg` (measurement variants, `K = V =
+/// 128`: the exact first-input-ahead kernel with the earlier dispatch / the whole-head tile for
+/// every call / whole-head tiles for `T > 1` from 256 pairs, exact or approximate), `reg_tiles`
+/// (the default without its shared-memory route), `sl_bv64_nw1` / `sl_bv64_nw2` (the shared-memory
+/// tile, 1 / 2 warps, for every `K = V = 128` call), or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
+/// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles
+/// into shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128}
+/// (passes the same tests; 1.2-1.5x slower on an H200). Unset or any other value: the default. The
+/// paths differ only in f32 rounding (summation order of the `K`-reductions, approximate gating).
 ///
 /// Slots: `-1` = padding row (zero output, no state read or written). The kernel treats any
 /// device slot outside `0..num_slots` the same way, so it never touches memory outside the pool
