@@ -160,10 +160,11 @@ fn quick_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> f64 {
 }
 
 /// Bench names of the sm_90a prefill tile variants (`PrefillKernel::Sm90Variant`).
-const VARIANT_NAMES: [&str; 25] = [
+const VARIANT_NAMES: [&str; 30] = [
     "sm90v0", "sm90v1", "sm90v2", "sm90v3", "sm90v4", "sm90v5", "sm90v6", "sm90v7", "sm90v8",
     "sm90v9", "sm90v10", "sm90v11", "sm90v12", "sm90v13", "sm90v14", "sm90v15", "sm90v16",
     "sm90v17", "sm90v18", "sm90v19", "sm90v20", "sm90v21", "sm90v22", "sm90v23", "sm90v24",
+    "sm90v25", "sm90v26", "sm90v27", "sm90v28", "sm90v29",
 ];
 
 fn emit(group: &str, id: &str, kernel: &str, secs: f64, work: f64, unit: &str) {
@@ -219,13 +220,13 @@ fn quick() {
         let mut out = s.alloc_zeros::<bf16>(t * hq * 256).unwrap();
         let mut kernels = vec![(PrefillKernel::Auto, "sm90")];
         if !std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1") {
-            // Tile variants besides the default (Auto: 19): 19 itself and the persistent 23
-            // (session 5); 0-22 measured before (NOTES.md).
+            // Tile variants besides the default (Auto: 25, session 6): 25 itself and 19 (the
+            // default before); 0-24, 28 measured before (NOTES.md).
             // DELTAKIT_BENCH_PREFILL_VARIANTS=<comma list> replaces the list.
             let list =
-                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "19,23".into());
+                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "25,19".into());
             for v in list.split(',').filter_map(|v| v.trim().parse::<u8>().ok()) {
-                kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 25]));
+                kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 30]));
             }
         }
         // Triton at 27B TP1 up to 8k (its 32k run alone would take seconds).
@@ -255,6 +256,50 @@ fn quick() {
                     .unwrap();
             });
             emit("attn_prefill", id, kname, secs, *flops, "TFLOP/s");
+        }
+        // DELTAKIT_BENCH_TIMELINE=<dir>: one recorded launch of each timeline variant (26 = 25,
+        // 29 = 28; 27 = 19 measured in session 6; after 3 warm-up calls) per shape named in DELTAKIT_BENCH_TIMELINE_SHAPES
+        // (comma list of ids; default the varlen and 27B TP1 2k / 8k rows), its per-block
+        // records written to <dir>/tl_<id>_v<variant>.txt (tools/dev_attn_check.py timeline).
+        if let Ok(dir) = std::env::var("DELTAKIT_BENCH_TIMELINE") {
+            let shapes = std::env::var("DELTAKIT_BENCH_TIMELINE_SHAPES")
+                .unwrap_or_else(|_| "27b_tp1/varlen8x2048,27b_tp1/2048,27b_tp1/8192".into());
+            if shapes.split(',').any(|x| x == id) {
+                let blocks = n * (len * (hq / hkv)).div_ceil(128) * hkv;
+                for v in [26u8, 29] {
+                    let mut run = || {
+                        attn::prefill_with(
+                            PrefillKernel::Sm90Variant(v),
+                            &s,
+                            &q,
+                            &kc,
+                            &vc,
+                            dims,
+                            hb.kv,
+                            &batch,
+                            None,
+                            &mut out,
+                        )
+                        .unwrap();
+                    };
+                    for _ in 0..3 {
+                        run();
+                    }
+                    s.synchronize().unwrap();
+                    attn::prefill_sm90_timeline(0).unwrap();
+                    run();
+                    s.synchronize().unwrap();
+                    let recs = attn::prefill_sm90_timeline(blocks).unwrap();
+                    let mut txt = String::new();
+                    for r in recs.chunks(attn::PREFILL_TIMELINE_FIELDS) {
+                        let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                        txt.push_str(&line.join(" "));
+                        txt.push('\n');
+                    }
+                    let path = format!("{dir}/tl_{}_v{v}.txt", id.replace('/', "_"));
+                    std::fs::write(&path, txt).unwrap();
+                }
+            }
         }
     }
     if !filter.is_empty() || part == "prefill" {
@@ -286,7 +331,8 @@ fn graph_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> Option<f64> {
 /// 1 / 16 / 64; every sm_90 tile variant and the Triton kernel at the `decode_splits` count and
 /// around it, timed by CUDA-graph replay (kernel names `<kernel>_s<splits>`); the sm_90 default and
 /// Triton at the heuristic split also timed eagerly (`_eager`: host launch overhead included).
-/// `DELTAKIT_BENCH_DECODE_FILTER=<substring>` keeps the shapes whose id contains it.
+/// `DELTAKIT_BENCH_DECODE_FILTER=<substrings, comma-separated>` keeps the shapes whose id contains
+/// one of them.
 #[allow(clippy::too_many_lines)] // one sweep
 fn quick_decode(s: &Arc<CudaStream>) {
     let filter = std::env::var("DELTAKIT_BENCH_DECODE_FILTER").unwrap_or_default();
@@ -295,7 +341,8 @@ fn quick_decode(s: &Arc<CudaStream>) {
         for ctxlen in [4096usize, 32_768] {
             for rows in [1usize, 16, 64] {
                 let id = format!("{name}_ctx{ctxlen}/{rows}");
-                if !id.contains(&filter) {
+                // (A comma list keeps the shapes matching any of its substrings.)
+                if !filter.split(',').any(|f| id.contains(f)) {
                     continue;
                 }
                 let per = ctxlen.div_ceil(PAGE);
@@ -385,6 +432,69 @@ fn quick_decode(s: &Arc<CudaStream>) {
                                 "GB/s",
                             );
                         }
+                    }
+                }
+                // DELTAKIT_BENCH_TIMELINE=<dir>: the per-CTA timeline of decode variant 12 (= 0)
+                // at 4 splits, as the graph replays leave it (the last call of the last
+                // replay), for the shapes in DELTAKIT_BENCH_TIMELINE_DECODE (default TP2 4k
+                // rows 16) -> <dir>/tld_<id>.txt (tools/dev_attn_check.py timeline-dec).
+                if let Ok(dir) = std::env::var("DELTAKIT_BENCH_TIMELINE") {
+                    let shapes = std::env::var("DELTAKIT_BENCH_TIMELINE_DECODE")
+                        .unwrap_or_else(|_| "27b_tp2_ctx4096/16".into());
+                    if shapes.split(',').any(|x| x == id) {
+                        // (The launcher's Auto split at 16 rows is 4 at TP2, 2 at TP1, below
+                        // `decode_splits`; DELTAKIT_BENCH_TIMELINE_SPLITS overrides 4.)
+                        let splits = std::env::var("DELTAKIT_BENCH_TIMELINE_SPLITS")
+                            .ok()
+                            .and_then(|v| v.parse::<usize>().ok())
+                            .unwrap_or(4)
+                            .min(most);
+                        let _ = attn::decode_sm90_timeline(0, 0);
+                        let t = graph_time(s, || {
+                            attn::decode_with(
+                                DecodeKernel::Sm90Variant(12),
+                                s,
+                                &q,
+                                &kc,
+                                &vc,
+                                dims,
+                                kv,
+                                (&dlens, &lens),
+                                (&dtab, &table),
+                                None,
+                                splits,
+                                &mut ws,
+                                &mut out,
+                            )
+                            .unwrap();
+                        });
+                        if let Some(secs) = t {
+                            emit(
+                                "attn_decode",
+                                &id,
+                                &format!("sm90v12_s{splits}"),
+                                secs,
+                                bytes,
+                                "GB/s",
+                            );
+                        }
+                        s.synchronize().unwrap();
+                        let ctas = rows * hkv * splits;
+                        let (sp, mg) = attn::decode_sm90_timeline(ctas, rows * hq).unwrap();
+                        let mut txt = String::new();
+                        for r in sp.chunks(attn::DECODE_TIMELINE_FIELDS) {
+                            let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                            txt.push_str(&line.join(" "));
+                            txt.push('\n');
+                        }
+                        txt.push_str("merge\n");
+                        for r in mg.chunks(attn::DECODE_TIMELINE_FIELDS) {
+                            let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                            txt.push_str(&line.join(" "));
+                            txt.push('\n');
+                        }
+                        std::fs::write(format!("{dir}/tld_{}.txt", id.replace('/', "_")), txt)
+                            .unwrap();
                     }
                 }
             }

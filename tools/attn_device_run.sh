@@ -15,6 +15,10 @@
 #                                        # leaves a variant that hangs or fails out of every
 #                                        # later step (tests, sanitizers, bench)
 # DELTAKIT_BENCH_PART=decode (or prefill) runs half of the bench sweep.
+# ATTN_TIMELINE=1 (bench step): the timeline variants' per-block records (prefill 26 / 27, decode
+# 12; benches/attn.rs DELTAKIT_BENCH_TIMELINE) summarized into $OUT/timeline.txt, raw in tl.tgz.
+# ATTN_NCU_FILTER (ncu step, default 27b_tp1/8192) picks the prefill shape profiled;
+# ATTN_NCU_DECODE_FILTER / ATTN_NCU_DECODE / ATTN_NCU_COUNT / ATTN_NCU_DECODE_SET the ncudec run.
 # Order: tests, bench (+ SDPA anchors), sanitize, ncu. DELTAKIT_BENCH_FILTER=/ keeps every prefill
 # shape and skips the decode sweep (round 2: the sm90 tile-variant sweep).
 # Writes logs and tables to $OUT (<= 8 files) and prints a short summary last.
@@ -50,7 +54,7 @@ export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin"
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 # Prefill tile variants under test this session (SAN_PREFILL_VARIANTS: the sanitizer list).
-NEW_VARIANTS="${NEW_VARIANTS:-23,24}"
+NEW_VARIANTS="${NEW_VARIANTS:-28,29}"
 if [[ " $steps " == *" triage "* ]]; then
   # The small prefill cases of every new variant together (~2 s); on a hang or failure, each
   # variant alone, and only the passing ones stay in the tests, sanitizers and bench.
@@ -66,8 +70,8 @@ if [[ " $steps " == *" triage "* ]]; then
     good="${good#,}"
     summary+=("triage: new variants together rc=$rc; passing alone: ${good:-none}")
     NEW_VARIANTS="$good"
-    export DELTAKIT_TEST_PREFILL_VARIANTS="19${good:+,$good}"
-    export DELTAKIT_BENCH_PREFILL_VARIANTS="19${good:+,$good}"
+    export DELTAKIT_TEST_PREFILL_VARIANTS="25${good:+,$good}"
+    export DELTAKIT_BENCH_PREFILL_VARIANTS="25${good:+,$good}"
   else
     summary+=("triage: new variants $NEW_VARIANTS small cases rc=0")
   fi
@@ -103,9 +107,20 @@ if [[ " $steps " == *" tests "* ]]; then
 fi
 if [[ " $steps " == *" bench "* ]]; then
   t0=$(date +%s)
+  if [[ "${ATTN_TIMELINE:-0}" == 1 ]]; then
+    mkdir -p "$OUT/tl"
+    export DELTAKIT_BENCH_TIMELINE="$OUT/tl"
+  fi
   DELTAKIT_BENCH_QUICK=1 timeout "${BENCH_TIMEOUT:-120}" "$kit/attn_bench" >"$OUT/quick.jsonl" 2>>"$OUT/tests.log"
   rc=$?
   summary+=("bench rc=$rc ($(( $(date +%s) - t0 ))s)")
+  if [[ "${ATTN_TIMELINE:-0}" == 1 ]]; then
+    unset DELTAKIT_BENCH_TIMELINE
+    { python3 tools/dev_attn_check.py timeline "$OUT"/tl/tl_*.txt
+      python3 tools/dev_attn_check.py timeline-dec "$OUT"/tl/tld_*.txt; } >"$OUT/timeline.txt" 2>&1
+    cat "$OUT/timeline.txt"
+    tar czf "$OUT/tl.tgz" -C "$OUT" tl && rm -rf "$OUT/tl"
+  fi
   t0=$(date +%s)
   PYTHONUNBUFFERED=1 timeout 90 python3 tools/bench_attn_anchors.py --deltakit "$OUT/quick.jsonl" \
     --out "$OUT/table.md" >"$OUT/anchors.log" 2>&1
@@ -134,15 +149,17 @@ if [[ " $steps " == *" sanitize "* ]]; then
 fi
 if [[ " $steps " == *" ncudec "* ]]; then
   t0=$(date +%s)
-  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_PART=decode DELTAKIT_BENCH_DECODE_FILTER=27b_tp1_ctx32768/16 \
-    timeout "${NCU_TIMEOUT:-90}" ncu --set full --clock-control none --kernel-name-base mangled \
+  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_PART=decode \
+    DELTAKIT_BENCH_DECODE_FILTER="${ATTN_NCU_DECODE_FILTER:-27b_tp1_ctx32768/16}" \
+    timeout "${NCU_TIMEOUT:-90}" ncu --set "${ATTN_NCU_DECODE_SET:-full}" --clock-control none \
+    --kernel-name-base mangled \
     -k "regex:${ATTN_NCU_DECODE:-attn_dec13decode_kernel}" -c "${ATTN_NCU_COUNT:-1}" -f \
     -o "$OUT/ncu_decode_sm90" "$kit/attn_bench" \
     >>"$OUT/bench.err" 2>&1
   rc=$?
   ncu --import "$OUT/ncu_decode_sm90.ncu-rep" --page details --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-    --section WarpStateStats 2>/dev/null | grep -E "decode_kernel|Duration|Throughput|Registers|Achieved Occupancy|Block Limit|DRAM|Mem Busy|Max Bandwidth|Stall|Warp Cycles" | cut -c1-150 | head -60
+    --section WarpStateStats 2>/dev/null | grep -E "decode_kernel|decode_merge|Duration|Throughput|Registers|Achieved Occupancy|Block Limit|DRAM|Mem Busy|Max Bandwidth|Stall|Warp Cycles" | cut -c1-150 | head -60
   summary+=("ncudec rc=$rc ($(( $(date +%s) - t0 ))s)")
 fi
 if [[ " $steps " == *" ncu "* ]]; then
@@ -155,13 +172,14 @@ if [[ " $steps " == *" ncu "* ]]; then
     var=$(python3 -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-rows = [r for r in rows if r["id"] == "27b_tp1/8192" and r["kernel"].startswith("sm90")]
+rows = [r for r in rows if r["id"] == "27b_tp1/8192" and r["kernel"].startswith("sm90")]  # (default shape)
 best = min(rows, key=lambda r: r["us"], default=None)
 print("" if best is None or best["kernel"] == "sm90" else best["kernel"][len("sm90v"):])' "$OUT/quick.jsonl")
   fi
-  var="${var:-19}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
+  var="${var:-25}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
   echo "ncu: prefill variant $var"
-  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER=27b_tp1/8192 DELTAKIT_BENCH_PREFILL_VARIANTS="${var:-}" \
+  DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER="${ATTN_NCU_FILTER:-27b_tp1/8192}" \
+    DELTAKIT_BENCH_PREFILL_VARIANTS="${var:-}" \
     timeout "${NCU_TIMEOUT:-90}" ncu --set full --import-source yes --clock-control none \
     --kernel-name-base mangled -k "regex:Li256ELb[01]ELi${var:-7}E" -c 1 -f \
     -o "$OUT/ncu_prefill_sm90" "$kit/attn_bench" >>"$OUT/tests.log" 2>&1

@@ -8,6 +8,12 @@ torch SDPA. Not part of the test suite (the Rust GPU tests are); used to iterate
 Also (no torch needed): `python3 tools/dev_attn_check.py ncu-src <csv>` summarizes the source
 page of an ncu report (`ncu --import r.ncu-rep --page source --csv --print-source sass`): the
 SASS instructions with the most warp stall samples, and the samples per opcode.
+`python3 tools/dev_attn_check.py timeline <tl_*.txt>...` summarizes the per-block timelines of the
+attn.prefill timeline variants 26 / 27 / 29 (benches/attn.rs, DELTAKIT_BENCH_TIMELINE): where a row
+block's time goes (launch gap after the previous block on the SM, Q wait, first QK^T, tile loop,
+epilogue) in microseconds and as shares of the SMs' time; `timeline-dec <tld_*.txt>...` the same
+for attn.decode variant 12 (split CTAs and merge blocks of one call, relative to the earliest
+release from the grid-dependency wait).
 """
 import argparse
 import csv
@@ -56,8 +62,120 @@ def ncu_src(path, top=45):
               f"exec {num(r, execd):.3g}) {r[src].strip()[:70]}")
 
 
+def timeline(path):
+    """Per-block phase summary of one timeline file (8 integers per line, see attn.h)."""
+    recs = []
+    for line in open(path):
+        f = [int(x) for x in line.split()]
+        if len(f) == 8 and f[1] and all(f[1:7]):
+            recs.append(dict(sm=f[0] & 0xFFFFFFFF, n=f[0] >> 32, entry=f[1], q=f[2], qk0=f[3],
+                             pv=f[4], end0=f[5], end1=f[6], prod=f[7]))
+    if not recs:
+        print(f"timeline {path}: no complete records")
+        return
+    t0 = min(r["entry"] for r in recs)
+    t1 = max(max(r["end0"], r["end1"]) for r in recs)
+    bad = sum(1 for r in recs if not (r["entry"] <= r["q"] <= r["qk0"] <= r["pv"] <= r["end0"]))
+    by_sm = {}
+    for r in recs:
+        by_sm.setdefault(r["sm"], []).append(r)
+    gaps, firsts = [], []
+    for rs in by_sm.values():
+        rs.sort(key=lambda r: r["entry"])
+        firsts.append(rs[0]["entry"] - t0)
+        for a, b in zip(rs, rs[1:]):
+            gaps.append(b["entry"] - max(a["end0"], a["end1"], a["prod"]))
+    nsm = len(by_sm)
+    span = (t1 - t0) / 1e3
+    ph = dict(
+        q_wait=[r["q"] - r["entry"] for r in recs],
+        first_qk=[r["qk0"] - r["q"] for r in recs],
+        loop=[r["pv"] - r["qk0"] for r in recs],
+        epilogue=[max(r["end0"], r["end1"]) - r["pv"] for r in recs],
+    )
+    tiles = sum(r["n"] for r in recs)
+    per_tile = sum(ph["loop"]) / max(1, sum(max(1, r["n"] - 1) for r in recs)) / 1e3
+    busy = sum(max(r["end0"], r["end1"]) - r["entry"] for r in recs) / 1e3
+    print(f"timeline {path}: {len(recs)} blocks on {nsm} SMs, {tiles} tiles, span {span:.1f} us, "
+          f"out-of-order records {bad}")
+    print(f"  SM time {nsm * span:.0f} us: blocks busy {busy:.0f} ({busy / (nsm * span):.1%}), "
+          f"launch gaps {sum(gaps) / 1e3:.0f} ({sum(gaps) / 1e3 / (nsm * span):.1%}, "
+          f"mean {sum(gaps) / max(1, len(gaps)):.0f} ns), start skew max {max(firsts):.0f} ns")
+    for k, v in ph.items():
+        v = sorted(v)
+        print(f"  {k:9s} mean {sum(v) / len(v) / 1e3:7.2f} us  p50 {v[len(v) // 2] / 1e3:7.2f}  "
+              f"p90 {v[int(len(v) * 0.9)] / 1e3:7.2f}  share of SM time "
+              f"{sum(v) / 1e3 / (nsm * span):.1%}")
+    print(f"  loop per tile after the first: {per_tile:.3f} us (2.04 us = 128 x 80 x 256 x 2 GEMMs "
+          f"at 679 TFLOP/s / 132 SMs); mean tiles per block {tiles / len(recs):.1f}")
+    prod = sorted(r["prod"] - r["entry"] for r in recs)
+    print(f"  producer done issuing after entry: p50 {prod[len(prod) // 2] / 1e3:.2f} us; "
+          f"end wg1 - end wg0 mean {sum(r['end1'] - r['end0'] for r in recs) / len(recs) / 1e3:.2f} us")
+    # Tail: time from the last block start to the end, and SMs idle at the end.
+    last_start = max(r["entry"] for r in recs)
+    ends = sorted(max(max(r["end0"], r["end1"]) for r in rs) for rs in by_sm.values())
+    print(f"  tail: last block start at {(last_start - t0) / 1e3:.1f} us; SM finish p10 / p50 / max "
+          f"{(ends[len(ends) // 10] - t0) / 1e3:.1f} / {(ends[len(ends) // 2] - t0) / 1e3:.1f} / "
+          f"{(ends[-1] - t0) / 1e3:.1f} us")
+
+
+def timeline_dec(path):
+    """Phase summary of one decode timeline file (split CTA records, 'merge', merge records)."""
+    sp, mg, cur = [], [], None
+    cur = sp
+    for line in open(path):
+        if line.strip() == "merge":
+            cur = mg
+            continue
+        f = [int(x) for x in line.split()]
+        if len(f) == 6 and f[1]:
+            cur.append(f)
+    if not sp:
+        print(f"timeline-dec {path}: no split records")
+        return
+    t0 = min(r[2] for r in sp)
+
+    def pct(v, q):
+        v = sorted(v)
+        return v[min(len(v) - 1, int(len(v) * q))]
+
+    def row(name, v):
+        print(f"  {name:34s} min {min(v) / 1e3:7.2f}  p50 {pct(v, 0.5) / 1e3:7.2f}  "
+              f"p90 {pct(v, 0.9) / 1e3:7.2f}  max {max(v) / 1e3:7.2f} us")
+
+    sms = len({r[0] & 0xFFFFFFFF for r in sp})
+    print(f"timeline-dec {path}: {len(sp)} split CTAs on {sms} SMs, tiles/CTA "
+          f"{sp[0][0] >> 32}; {len(mg)} merge blocks (times in us from the first wait release)")
+    row("split entry (resident)", [r[1] - t0 for r in sp])
+    row("split wait released", [r[2] - t0 for r in sp])
+    row("split Q landed", [r[3] - t0 for r in sp])
+    row("split loop done", [r[4] - t0 for r in sp])
+    row("split partials written", [r[5] - t0 for r in sp])
+    row("per CTA: Q landed - released", [r[3] - r[2] for r in sp])
+    row("per CTA: loop (from Q landed)", [r[4] - r[3] for r in sp])
+    row("per CTA: combine + partials", [r[5] - r[4] for r in sp])
+    if mg:
+        row("merge entry", [r[0] - t0 for r in mg])
+        row("merge wait released", [r[1] - t0 for r in mg])
+        row("merge output written", [r[2] - t0 for r in mg])
+        end = max(r[2] for r in mg)
+        last_split = max(r[5] for r in sp)
+        print(f"  chain: first release -> last split end {(last_split - t0) / 1e3:.2f} us, "
+              f"-> merge release {(min(r[1] for r in mg) - last_split) / 1e3:.2f} us later, "
+              f"-> last merge end {(end - last_split) / 1e3:.2f} us after the last split end; "
+              f"call total ~{(end - t0) / 1e3:.2f} us + the next call's release")
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "timeline-dec":
+    for f in sys.argv[2:]:
+        timeline_dec(f)
+    sys.exit(0)
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "ncu-src":
     ncu_src(sys.argv[2])
+    sys.exit(0)
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "timeline":
+    for f in sys.argv[2:]:
+        timeline(f)
     sys.exit(0)
 
 import torch  # noqa: E402

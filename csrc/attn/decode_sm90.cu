@@ -65,9 +65,19 @@ namespace attn_dec {
 // (row, kv head) form one thread-block cluster and combine their partial results through
 // distributed shared memory at the end (CTA k of the cluster writes the output rows' column
 // slice k): no f32 partials in the workspace and no merge launch. Other split counts run 0-3.
-constexpr int kVariants = 12;
+// Variant 12 (session 6, measurement): variant 0 recording a per-CTA timeline (kTl below).
+constexpr int kVariants = 13;
 template <int VAR>
-constexpr bool kCluster = VAR >= 8;
+constexpr bool kCluster = VAR >= 8 && VAR < 12;
+template <int VAR>
+constexpr bool kTl = VAR == 12;
+// Timeline of variant 12 (dk_attn_decode_sm90_timeline): kDecTlFields words per split CTA at its
+// linear index (x fastest; at most kDecTlCtas): 0 = SM id | tiles << 32, then %globaltimer ns at
+// entry, after griddepcontrol.wait, Q landed, main loop done, partials written; after them one
+// kDecTlFields record per merge block (at most kDecTlCtas): entry, after the wait, output written.
+constexpr int kDecTlCtas = 4096;
+constexpr int kDecTlFields = 6;
+__device__ unsigned long long g_decode_tl[2 * kDecTlCtas * kDecTlFields];
 template <int HD, int VAR>
 struct Cfg;
 template <int VAR>
@@ -100,12 +110,19 @@ __host__ __device__ constexpr size_t pipe_bytes() {
   return size_t(16) * row_pitch<HD, VAR>() +
          size_t(Cfg<HD, VAR>::STAGES) * 2 * (16 * Cfg<HD, VAR>::WARPS) * row_pitch<HD, VAR>();
 }
+// Row stride (floats) of the end-of-CTA combine buffer: HD + 8, so the 8 accumulator rows of a
+// warp's float2 stores fall on different banks (a stride of HD put all of them on one bank: an
+// 8-way conflict on 64 stores per thread; session 6).
+template <int HD>
+__host__ __device__ constexpr int obuf_stride() {
+  return HD + 8;
+}
 template <int HD, int VAR>
 constexpr size_t smem_bytes() {
   // Q [16] rows + STAGES x (K, V) tiles of BN rows (+ the BULK mbarriers after them); the
   // end-of-CTA combine (WARPS x 16 x HD f32 + 2 x WARPS x 16 f32) reuses the pipeline bytes.
   constexpr size_t pipe = pipe_bytes<HD, VAR>();
-  constexpr size_t comb = size_t(Cfg<HD, VAR>::WARPS) * 16 * (HD + 2) * 4;
+  constexpr size_t comb = size_t(Cfg<HD, VAR>::WARPS) * 16 * (obuf_stride<HD>() + 2) * 4;
   static_assert(comb <= pipe, "the combine buffer stays clear of the mbarriers");
   // CLUSTER: the CTA's normalized rows [16][HD] f32 and their log-sum-exps [16] after it.
   static_assert(!kCluster<VAR> || comb + 16 * (HD + 1) * 4 <= pipe, "cluster result buffer");
@@ -227,9 +244,28 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 #endif
 
+#ifdef DK_ATTN_DEC_BODY
+__device__ __forceinline__ unsigned long long dec_gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+#endif
+
 template <int HD, int VAR>
 __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(const Args a) {
 #ifdef DK_ATTN_DEC_BODY
+  constexpr bool TL = kTl<VAR>;
+  unsigned long long tl_entry = 0;
+  if constexpr (TL) tl_entry = dec_gtimer();
+  const uint32_t tl_lin = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  auto tl_put = [&](int f, unsigned long long v) {
+    if constexpr (TL) {
+      if (threadIdx.x == 0 && tl_lin < uint32_t(kDecTlCtas)) {
+        g_decode_tl[size_t(tl_lin) * kDecTlFields + f] = v;
+      }
+    }
+  };
   constexpr int WARPS = Cfg<HD, VAR>::WARPS;
   constexpr int STAGES = Cfg<HD, VAR>::STAGES;
   constexpr int NT = WARPS * 32;
@@ -259,6 +295,10 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   // (without the launch attribute this wait returns at once).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+  if constexpr (TL) {
+    tl_put(1, tl_entry);
+    tl_put(2, dec_gtimer());
+  }
   const int n = blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
@@ -278,6 +318,11 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     hi = min(lo + per * BN, seq_len);
   }
   const int ntiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
+  if constexpr (TL) {
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+    tl_put(0, sm | (static_cast<unsigned long long>(ntiles) << 32));
+  }
   const int64_t q_tok0 = int64_t(n) * T;  // first new-token row of this row
   // Packed row r -> (t, head) -> the q/out row (q_tok0 + t) * HQ + kvh * G + g.
   auto qrow = [&](int r) -> int64_t {
@@ -401,6 +446,7 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     cp_async_wait<STAGES - 1>();
   }
   __syncthreads();  // Q landed for every thread
+  if constexpr (TL) tl_put(3, dec_gtimer());
 
   // Per-lane ldmatrix addresses (byte offsets inside a Q / K / V tile; chunk XOR-ed per kk).
   const int g8 = lane & 7;
@@ -529,11 +575,13 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp done with the pipeline bytes: reuse them for the combine
+  if constexpr (TL) tl_put(4, dec_gtimer());
 
   // Combine the warps' partial results: M = max_w m_w, L = sum_w l_w 2^(m_w - M).
   float* red_m = reinterpret_cast<float*>(smem);  // [WARPS][16]
   float* red_l = red_m + WARPS * 16;               // [WARPS][16]
-  float* obuf = red_l + WARPS * 16;                // [WARPS][16][HD]
+  float* obuf = red_l + WARPS * 16;                // [WARPS][16][OBS]
+  constexpr int OBS = obuf_stride<HD>();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
@@ -555,8 +603,8 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float big = row_max(r0 + 8 * h);
-    const float f = m_run[h] == -INFINITY ? 0.f : exp2f(m_run[h] - big);
-    float* dst = obuf + (warp * 16 + r0 + 8 * h) * HD + 2 * qd;
+    const float f = m_run[h] == -INFINITY ? 0.f : fast_exp2(m_run[h] - big);
+    float* dst = obuf + (warp * 16 + r0 + 8 * h) * OBS + 2 * qd;
 #pragma unroll
     for (int j = 0; j < HD / 8; ++j) {
       *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h] * f, acc[j][2 * h + 1] * f);
@@ -566,7 +614,7 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   const bool direct = a.splits == 1;
   // CLUSTER (2..8 splits): this CTA's normalized rows and log-sum-exps stay in shared memory.
   constexpr bool CL = kCluster<VAR>;
-  float* cres_o = red_m + WARPS * 16 * (HD + 2);  // [16][HD]
+  float* cres_o = red_m + WARPS * 16 * (OBS + 2);  // [16][HD]
   float* cres_lse = cres_o + 16 * HD;              // [16]
   for (int i = tid; i < rows_m * (HD / 4); i += NT) {
     const int r = i / (HD / 4);
@@ -576,12 +624,12 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
       const float mw = red_m[w * 16 + r];
-      tot += mw == -INFINITY ? 0.f : red_l[w * 16 + r] * exp2f(mw - big);
+      tot += mw == -INFINITY ? 0.f : red_l[w * 16 + r] * fast_exp2(mw - big);
     }
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      const float4 x = *reinterpret_cast<const float4*>(obuf + (w * 16 + r) * HD + 4 * c4);
+      const float4 x = *reinterpret_cast<const float4*>(obuf + (w * 16 + r) * OBS + 4 * c4);
       o.x += x.x;
       o.y += x.y;
       o.z += x.z;
@@ -606,6 +654,10 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
       *reinterpret_cast<float4*>(a.po + part * HD + 4 * c4) = o;
       if (c4 == 0) a.plse[part] = tot > 0.f ? big + log2f(tot) : -INFINITY;
     }
+  }
+  if constexpr (TL) {
+    __syncthreads();
+    tl_put(5, dec_gtimer());
   }
 #if __CUDA_ARCH__ >= 900
   if constexpr (CL) {
@@ -676,12 +728,15 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
 
 // Combines the splits of one (token, head): out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)
 // over the splits with a finite lse (none: zero output, the padding rows). HD / 4 threads.
-template <int HD>
+template <int HD, bool TL = false>
 __global__ void __launch_bounds__(HD / 4) decode_merge_kernel(const float* __restrict__ po,
                                                              const float* __restrict__ plse,
                                                              __nv_bfloat16* __restrict__ out,
                                                              int splits) {
 #ifdef DK_ATTN_DEC_BODY
+  unsigned long long* tl = g_decode_tl + size_t(kDecTlCtas + blockIdx.x) * kDecTlFields;
+  const bool tl_on = TL && threadIdx.x == 0 && blockIdx.x < unsigned(kDecTlCtas);
+  if (tl_on) tl[0] = dec_gtimer();
 #if __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent of decode_kernel: wait until it completed and its
   // partials are visible. The next decode call (itself a programmatic dependent) may launch its
@@ -689,6 +744,7 @@ __global__ void __launch_bounds__(HD / 4) decode_merge_kernel(const float* __res
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+  if (tl_on) tl[1] = dec_gtimer();
   const int64_t row = blockIdx.x;  // (token, head)
   const float* lse = plse + row * splits;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -723,6 +779,7 @@ __global__ void __launch_bounds__(HD / 4) decode_merge_kernel(const float* __res
     pk.x = pack_bf16(acc.x * inv, acc.y * inv);
     pk.y = pack_bf16(acc.z * inv, acc.w * inv);
     *reinterpret_cast<uint2*>(out + row * HD + 4 * threadIdx.x) = pk;
+    if (tl_on) tl[2] = dec_gtimer();
     return;
   }
   float big = -INFINITY;
@@ -743,6 +800,7 @@ __global__ void __launch_bounds__(HD / 4) decode_merge_kernel(const float* __res
   pk.x = pack_bf16(acc.x * inv, acc.y * inv);
   pk.y = pack_bf16(acc.z * inv, acc.w * inv);
   *reinterpret_cast<uint2*>(out + row * HD + 4 * threadIdx.x) = pk;
+  if (tl_on) tl[2] = dec_gtimer();
 #endif
 }
 
@@ -855,7 +913,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, decode_merge_kernel<HD>,
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, decode_merge_kernel<HD, kTl<VAR>>,
                                            static_cast<const float*>(a.po),
                                            static_cast<const float*>(a.plse), a.out, a.splits);
   if (e != cudaSuccess) {
@@ -978,8 +1036,10 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<128, 9>(*p, s);
         case 10:
           return d::launch<128, 10>(*p, s);
-        default:
+        case 11:
           return d::launch<128, 11>(*p, s);
+        default:  // 12: the timeline variant is built at head dim 256 only
+          return d::launch<128, 0>(*p, s);
       }
     case 256:
       switch (p->variant) {
@@ -1005,10 +1065,31 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<256, 9>(*p, s);
         case 10:
           return d::launch<256, 10>(*p, s);
-        default:
+        case 11:
           return d::launch<256, 11>(*p, s);
+        default:
+          return d::launch<256, 12>(*p, s);
       }
     default:
       return DK_ERR_UNSUPPORTED;
   }
+}
+
+extern "C" dk_status dk_attn_decode_sm90_timeline(uint64_t* host, int64_t n) {
+  namespace d = dk::attn_dec;
+  constexpr int64_t kWords = 2 * int64_t(d::kDecTlCtas) * d::kDecTlFields;
+  if (host == nullptr || n < 0) return DK_ERR_INVALID_ARGUMENT;
+  const int64_t words = n < kWords ? n : kWords;
+  void* dev = nullptr;
+  cudaError_t e = cudaGetSymbolAddress(&dev, d::g_decode_tl);
+  if (e == cudaSuccess && words > 0) {
+    e = cudaMemcpy(host, dev, size_t(words) * 8, cudaMemcpyDeviceToHost);
+  }
+  if (e == cudaSuccess) e = cudaMemset(dev, 0, size_t(kWords) * 8);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    dk::set_last_cuda_error(static_cast<int>(e));
+    return DK_ERR_CUDA;
+  }
+  return DK_OK;
 }

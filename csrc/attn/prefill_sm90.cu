@@ -28,11 +28,12 @@
 //
 // Shared memory per CTA (HD 256, variant 0): Q 64 KB + 2 stages x (K 32 KB + V 32 KB) = 192 KB;
 // the other hd-256 tile variants (BN 80 / BN 48 x 3 stages, see Cfg) use 224 / 208 KB (226 KB
-// with the ordered-softmax scratch). The wrapper's default at hd 256 is variant 19
+// with the ordered-softmax scratch). The wrapper's default at hd 256 was variant 19
 // (src/ops/attn.rs SM90_DEFAULT_VARIANT): BN 80, late P, 56/224 registers, FAST + ORDERED
 // softmax, the SPLIT producer with TMA loads of full K/V tiles, the LPT block order and the
 // STAGED output, ping-pong (measured on an H200: docs/benchmarks/2026-12-01-attn-s4.md; the
-// description above is the cp.async producer of variants 0-8).
+// description above is the cp.async producer of variants 0-8); since session 6 the default is
+// variant 25 = 19 with Q loaded by the V producer pair (QV below; 2026-12-01-attn-s6.md).
 // Every operand tile is stored as HD/64 column blocks of [rows][64] bf16 (128 bytes per row, the
 // 16-byte chunk index XOR-ed with row % 8: the hardware's 128-byte swizzle, blocks 1024-aligned).
 #include <cuda_bf16.h>
@@ -111,8 +112,8 @@ constexpr int kBM = 128;
 //      OVERLAP of a block's direct output with the next block's first QK^T; on an H200 still
 //      55-75 R2UR per tile, 176-192 B spills, varlen 8 x 2048 at 0.88x / 0.62x variant 19.)
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-// Dispatched: 0-24.
-constexpr int kVariants = 25;
+// Dispatched: 0-29.
+constexpr int kVariants = 30;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -135,8 +136,21 @@ struct Cfg<256, VAR> {
   static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20 || VAR >= 23;
   static constexpr bool STAGED = VAR >= 19;
   // 23/24: the persistent kernel (prefill_persist_kernel); 24 at most 8 CTAs (a test variant).
-  static constexpr bool PERSIST = VAR >= 23;
+  static constexpr bool PERSIST = VAR == 23 || VAR == 24;
   static constexpr bool CAP8 = VAR == 24;
+  // 25-27 (session 6; the ids of session 5's removed PHANTOM / OVERLAP variants reused), all
+  // variant 19 plus -- 25/26: QV -- Q loaded by the V producer pair (warp 2: the rows of consumer
+  // warpgroup 0, warp 3: those of warpgroup 1, each half on its own mbarrier, row addresses
+  // stepped instead of divided), so the K pair issues K tile 0 at once; tensor maps prefetched;
+  // output row addresses by 32-bit division. 26/27: TL -- a per-block %globaltimer timeline
+  // (measurement variants: 27 = 19 + TL, 26 = 25 + TL; dk_attn_prefill_sm90_timeline).
+  // 28: 25 + PF -- the K pair's second warp prefetches into L2 the Q rows of the row block
+  // launched gridDim-resident blocks later (launch index + SM count: roughly the block that starts
+  // when this one ends), and the output rows are addressed by stepping (no division per row).
+  // 29 = 28 + TL (measurement).
+  static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29;
+  static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29;
+  static constexpr bool PF = VAR == 28 || VAR == 29;
   // The same tiles in the kv-head-major order (LPT grids above 2^31 blocks; 10-13, 16 -> 7).
   static constexpr int NO_LPT = VAR == 14                ? 17
                                 : VAR == 15              ? 18
@@ -162,6 +176,9 @@ struct Cfg<128, VAR> {
   static constexpr bool STAGED = false;
   static constexpr bool PERSIST = false;
   static constexpr bool CAP8 = false;
+  static constexpr bool QV = false;
+  static constexpr bool TL = false;
+  static constexpr bool PF = false;
   static constexpr int NO_LPT = VAR;
 };
 template <int VAR>
@@ -181,6 +198,9 @@ struct Cfg<64, VAR> {
   static constexpr bool STAGED = false;
   static constexpr bool PERSIST = false;
   static constexpr bool CAP8 = false;
+  static constexpr bool QV = false;
+  static constexpr bool TL = false;
+  static constexpr bool PF = false;
   static constexpr int NO_LPT = VAR;
 };
 
@@ -189,7 +209,9 @@ template <int HD, int VAR>
 constexpr size_t smem_bytes() {
   return size_t(kBM) * HD * 2 +
          size_t(Cfg<HD, VAR>::STAGES) * 2 * Cfg<HD, VAR>::BN * HD * 2 +
-         8 * (1 + 4 * Cfg<HD, VAR>::STAGES + (Cfg<HD, VAR>::PERSIST ? 3 : 0)) + 1024 +
+         8 * (1 + 4 * Cfg<HD, VAR>::STAGES + (Cfg<HD, VAR>::PERSIST ? 3 : 0) +
+              (Cfg<HD, VAR>::QV ? 1 : 0)) +
+         1024 +
          (Cfg<HD, VAR>::ORDERED ? 16 + 4 * 256 : 0);
 }
 static_assert(smem_bytes<256, 1>() <= 227 * 1024, "BN 80 fits the 227 KB opt-in limit");
@@ -197,6 +219,7 @@ static_assert(smem_bytes<256, 5>() == smem_bytes<256, 1>());
 static_assert(smem_bytes<256, 3>() <= 227 * 1024, "3 stages of BN 48 fit");
 static_assert(smem_bytes<256, 15>() <= 227 * 1024, "BN 80 + the order-point scratch fit");
 static_assert(smem_bytes<256, 23>() <= 227 * 1024, "+ the persistent kernel's Q barriers fit");
+static_assert(smem_bytes<256, 26>() <= 227 * 1024, "+ the second Q barrier fits");
 
 struct Args {
   DkAttnPrefillSm90Params p;
@@ -208,6 +231,8 @@ struct Args {
   CUtensorMap tmap_v;
   // Persistent variants (23, 24): row blocks in the LPT list (num_seqs * max_m_blocks * HKV).
   uint32_t total_blocks;
+  // PF variants (28): how many launch indices ahead the Q prefetch looks (the SM count).
+  uint32_t pf_ahead;
 };
 
 #ifdef DK_ATTN_SM90A
@@ -367,6 +392,27 @@ __device__ __forceinline__ void load_tile(uint32_t tile, int t, const void* vali
 }
 #endif  // DK_ATTN_SM90A
 
+// TL variants (26, 27, 29): per-block timeline, kTlFields words per block at its linear launch index
+// (blocks >= kTlBlocks are not recorded): 0 = SM id | n_tiles << 32, 1 = entry, 2 = consumer
+// warpgroup 0 has its Q rows, 3 = its first QK^T done, 4 = its last PV done, 5 = its output
+// stored, 6 = warpgroup 1's output stored, 7 = the producer's thread 0 done issuing (%globaltimer
+// ns). Read and cleared by dk_attn_prefill_sm90_timeline.
+constexpr int kTlBlocks = 16384;
+constexpr int kTlFields = 8;
+__device__ unsigned long long g_prefill_tl[kTlBlocks * kTlFields];
+#ifdef DK_ATTN_SM90A
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned long long sm_id() {
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(v));
+  return v;
+}
+#endif
+
 // PP: "ping-pong" ordering of the two consumer warpgroups (named barriers 1 and 2): a
 // warpgroup issues its GEMMs of an iteration only after the other one issued its own, so one
 // warpgroup's softmax runs while the other's GEMMs use the tensor cores.
@@ -383,7 +429,18 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   constexpr bool TMA = Cfg<HD, VAR>::TMA;
   static_assert(!SPLIT || HD == 256, "the split producer maps one 512-byte row per warp pass");
   static_assert(128 * Cfg<HD, VAR>::PROD_REGS + 256 * Cfg<HD, VAR>::CONS_REGS <= 65536);
+  constexpr bool QV = Cfg<HD, VAR>::QV;
+  constexpr bool TL = Cfg<HD, VAR>::TL;
+  static_assert(!QV || SPLIT, "QV: Q is loaded by the split producer's V pair");
   constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
+  unsigned long long t_entry = 0;
+  if constexpr (TL) t_entry = gtimer();
+  const uint32_t tl_lin = blockIdx.y * gridDim.x + blockIdx.x;
+  auto tl_put = [&](int f, unsigned long long v) {
+    if constexpr (TL) {
+      if (tl_lin < uint32_t(kTlBlocks)) g_prefill_tl[size_t(tl_lin) * kTlFields + f] = v;
+    }
+  };
   const DkAttnPrefillSm90Params& p = a.p;
   const int G = a.group;
   int64_t seq, mb, kvh;
@@ -431,6 +488,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   const int kv_end = ctx + tok_hi + 1;
   const int n_tiles = (kv_end + BN - 1) / BN;
   const int n_full = (ctx + tok_lo + 1) / BN;
+  if (TL && tid == 0) {
+    tl_put(0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
+    tl_put(1, t_entry);
+  }
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -439,13 +500,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   const uint32_t bars = sKV + 2 * ST * TILE;
   const uint32_t barQ = bars;
   // ORDERED: one scratch word per consumer thread (written, never read).
-  const uint32_t scratch = (bars + 8u * uint32_t(1 + 4 * ST) + 15u) & ~15u;
+  // QV: Q rows 64-127 (consumer warpgroup 1) on their own barrier after the K/V ones.
+  const uint32_t barQ1 = bars + 8u * uint32_t(1 + 4 * ST);
+  const uint32_t scratch = (bars + 8u * uint32_t(1 + 4 * ST + (QV ? 1 : 0)) + 15u) & ~15u;
   auto full_k = [&](int s) { return bars + 8u * uint32_t(1 + s); };
   auto full_v = [&](int s) { return bars + 8u * uint32_t(1 + ST + s); };
   auto empty_k = [&](int s) { return bars + 8u * uint32_t(1 + 2 * ST + s); };
   auto empty_v = [&](int s) { return bars + 8u * uint32_t(1 + 3 * ST + s); };
   if (tid == 0) {
-    mbar_init(barQ, 128);
+    mbar_init(barQ, QV ? 32 : 128);
+    if (QV) mbar_init(barQ1, 32);
     for (int s = 0; s < ST; ++s) {
       // SPLIT: the two warps of a K (V) pair arrive on the K (V) barriers.
       mbar_init(full_k(s), SPLIT ? 64 : 128);
@@ -460,11 +524,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg<HD, VAR>::PROD_REGS));
-    load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
-      const int64_t vr = m0 + r;
-      return vr < rows_total ? q + row_off(vr) : nullptr;
-    });
-    cp_async_arrive(barQ);
+    if constexpr (!QV) {
+      load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
+        const int64_t vr = m0 + r;
+        return vr < rows_total ? q + row_off(vr) : nullptr;
+      });
+      cp_async_arrive(barQ);
+    } else if (tid == 0) {
+      // The K/V tensor maps' first use below would fetch them on the critical path.
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&a.tmap_k))
+                   : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&a.tmap_v))
+                   : "memory");
+    }
     const int* table = reinterpret_cast<const int*>(p.page_table) + seq * p.max_pages;
     const __nv_bfloat16* kc = reinterpret_cast<const __nv_bfloat16*>(p.k_cache);
     const __nv_bfloat16* vc = reinterpret_cast<const __nv_bfloat16*>(p.v_cache);
@@ -573,6 +645,37 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       constexpr bool tma_ok = TMA;
       // TMA: only a partial last tile takes the cp.async path; its offsets are looked up on
       // the spot (no offsets carried through the loop: the producer has 56 registers).
+      if constexpr (QV) {
+        if (kv == 1) {
+          // Q by the V pair before its first V tile (needed only after the first QK^T and
+          // softmax): warp 2 the 64 rows of consumer warpgroup 0, warp 3 those of warpgroup 1,
+          // lane = 16-byte chunk; row addresses stepped (one division per warp), rows past the
+          // sequence zero-filled. The K pair meanwhile issues K tile 0.
+          const int r0 = wig * 64;
+          const int64_t v0 = m0 + r0;
+          const int64_t tok0 = v0 / G;
+          int hh = int(v0 - tok0 * G);
+          const __nv_bfloat16* rowp = q + ((bos + tok0) * HQ + kvh * G + hh) * HD + lane * 8;
+          const int64_t jump = (HQ - G + 1) * HD;  // head G-1 of a token -> head 0 of the next
+          const int64_t valid_rows = rows_total - v0;
+          const uint32_t cbq = sQ + uint32_t(lane / 8) * uint32_t(kBM * 128);
+          const uint32_t cwq = uint32_t(lane % 8);
+#pragma unroll 4
+          for (int i = 0; i < 64; ++i) {
+            const int r = r0 + i;
+            const bool ok = i < valid_rows;
+            cp_async_16(cbq + uint32_t(r) * 128u + ((cwq ^ uint32_t(r & 7)) << 4),
+                        ok ? static_cast<const void*>(rowp) : q, ok ? 16u : 0u);
+            if (++hh == G) {
+              hh = 0;
+              rowp += jump;
+            } else {
+              rowp += HD;
+            }
+          }
+          cp_async_arrive(wig == 0 ? barQ : barQ1);
+        }
+      }
       int64_t oa = -1, ob = -1;
       int crow = 0;
       if (!tma_ok) {
@@ -634,6 +737,37 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
           }
           cp_async_arrive(fb);
         }
+        if constexpr (Cfg<HD, VAR>::PF) {
+          // After this warp's arrivals on the first tiles (its loads are off the K pipeline's
+          // critical path): L2 prefetch of the Q rows (whole tokens, the group's G heads are
+          // contiguous) of the block pf_ahead launch indices later, LPT order as above.
+          if (kv == 0 && wig == 1 && j == min(1, n_tiles - 1)) {
+            const uint32_t lin2 = tl_lin + a.pf_ahead;
+            const uint32_t hkv2 = uint32_t(p.n_kv_heads);
+            const uint32_t nseq = uint32_t(p.num_seqs);
+            const uint32_t rest = lin2 / hkv2;
+            const uint32_t mbr = rest / nseq;
+            if (mbr < uint32_t(a.max_m_blocks)) {
+              const int64_t kvh2 = int64_t(lin2 - rest * hkv2);
+              const int64_t seq2 = int64_t(rest - mbr * nseq);
+              const int64_t mb2 = a.max_m_blocks - 1 - int64_t(mbr);
+              const int64_t b2 = min(max(int64_t(__ldg(cu + seq2)), int64_t(0)), T);
+              const int64_t e2 = min(max(int64_t(__ldg(cu + seq2 + 1)), b2), T);
+              const int64_t r2 = (e2 - b2) * G;
+              const int64_t m2 = mb2 * kBM;
+              if (m2 < r2) {
+                const int64_t t_lo = m2 / G;
+                const int64_t t_hi = min(m2 + kBM - 1, r2 - 1) / G;
+                for (int64_t t = t_lo + lane; t <= t_hi; t += 32) {
+                  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
+                                   q + ((b2 + t) * HQ + kvh2 * G) * HD),
+                               "r"(uint32_t(G * HD * 2))
+                               : "memory");
+                }
+              }
+            }
+          }
+        }
         if (j + 1 < n_tiles) {
           if constexpr (tma_ok) {
             crow = crow_of(j + 1);
@@ -672,6 +806,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         if (j + 1 < n_tiles) off = row_offset(j + 1);
       }
     }
+    if (TL && tid == 0) tl_put(7, gtimer());
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
@@ -836,7 +971,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   };
   float pal0 = 1.f, pal1 = 1.f;  // ORDERED: the pending O rescale of the next PV product
 
-  mbar_wait(barQ, 0);
+  // (QV: warpgroup 1 opens warpgroup 0's first turn before waiting for its own Q rows.)
+  if (QV && w == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+  mbar_wait((QV && w == 1) ? barQ1 : barQ, 0);
+  if (TL && ct == 0) tl_put(2, gtimer());
   // Ping-pong: warpgroup w waits on barrier 1 + w before issuing, then lets the other one go.
   // Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
   // barrier sees as many arrivals as waits.
@@ -858,12 +996,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       }
     }
   };
-  if (w == 1) turn_pass();
+  if (!QV && w == 1) turn_pass();
   turn_wait();
   issue_qk(0);
   turn_pass();
   wgmma_wait<0>();
   fence_regs(s);
+  if (TL && ct == 0) tl_put(3, gtimer());
   mbar_arrive(empty_k(0));
   {
     float mn0 = m_0, mn1 = m_1, ls0, ls1;
@@ -931,6 +1070,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (w == 0) turn_pass();
   wgmma_wait<0>();
   fence_regs(o);
+  if (TL && ct == 0) tl_put(4, gtimer());
   mbar_arrive(empty_v((n_tiles - 1) % ST));
   l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
   l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
@@ -969,6 +1109,17 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
     const int t = ct % 128;
     const int c = t % 32;  // 16-byte chunk of the row
+    // QV: token and head of this thread's first output row m0 + w * 64 + t / 32.
+    int64_t tb = 0;
+    int hb = 0;
+    // PF: rows 4 apart -> the token advances by q4 and the head by r4 (with a carry).
+    const int q4 = Cfg<HD, VAR>::PF ? 4 / G : 0;
+    const int r4 = Cfg<HD, VAR>::PF ? 4 - q4 * G : 0;
+    if constexpr (QV) {
+      const int64_t vb = m0 + w * 64 + t / 32;
+      tb = vb / G;
+      hb = int(vb - tb * G);
+    }
 #pragma unroll 4
     for (int rr = t / 32; rr < 64; rr += 4) {
       const int64_t vr = vr0 - r_lo + w * 64 + rr;  // = m0 + w * 64 + rr (vr0 is live anyway)
@@ -979,8 +1130,26 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "r"(src)
                    : "memory");
-      if (vr < rows_total) *reinterpret_cast<uint4*>(out + row_off(vr) + c * 8) = v;
+      if constexpr (Cfg<HD, VAR>::PF) {
+        const int64_t off = ((bos + tb) * HQ + kvh * G + hb) * HD;
+        if (vr < rows_total) *reinterpret_cast<uint4*>(out + off + c * 8) = v;
+        tb += q4;
+        hb += r4;
+        if (hb >= G) {
+          hb -= G;
+          ++tb;
+        }
+      } else if constexpr (QV) {
+        // Row vr = vb + (rr - t / 32): one 32-bit division per row (row_off divides in 64 bits).
+        const uint32_t x = uint32_t(hb) + uint32_t(rr - t / 32);
+        const uint32_t dt = x / uint32_t(G);
+        const int64_t off = ((bos + tb + dt) * HQ + kvh * G + int(x - dt * uint32_t(G))) * HD;
+        if (vr < rows_total) *reinterpret_cast<uint4*>(out + off + c * 8) = v;
+      } else {
+        if (vr < rows_total) *reinterpret_cast<uint4*>(out + row_off(vr) + c * 8) = v;
+      }
     }
+    if (TL && (ct == 0 || ct == 128)) tl_put(ct == 0 ? 5 : 6, gtimer());
     return;
   }
   if (vr0 < rows_total) {
@@ -1627,6 +1796,10 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     }
   }
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
+  {
+    const int sms = sm_count(dev);
+    a.pf_ahead = uint32_t(sms > 0 ? sms : 132);
+  }
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
   if constexpr (Cfg<HD, VAR>::PERSIST) {
@@ -1736,6 +1909,16 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 23>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 24:
           return p->scale > 0.f ? a::launch<256, true, 24>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 25:
+          return p->scale > 0.f ? a::launch<256, true, 25>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 26:
+          return p->scale > 0.f ? a::launch<256, true, 26>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 27:
+          return p->scale > 0.f ? a::launch<256, true, 27>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 28:
+          return p->scale > 0.f ? a::launch<256, true, 28>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 29:
+          return p->scale > 0.f ? a::launch<256, true, 29>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;
@@ -1746,4 +1929,23 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
     default:
       return DK_ERR_UNSUPPORTED;
   }
+}
+
+extern "C" dk_status dk_attn_prefill_sm90_timeline(uint64_t* host, int64_t n) {
+  namespace a = dk::attn_sm90;
+  constexpr int64_t kWords = int64_t(a::kTlBlocks) * a::kTlFields;
+  if (host == nullptr || n < 0) return DK_ERR_INVALID_ARGUMENT;
+  const int64_t words = n < kWords ? n : kWords;
+  void* dev = nullptr;
+  cudaError_t e = cudaGetSymbolAddress(&dev, a::g_prefill_tl);
+  if (e == cudaSuccess && words > 0) {
+    e = cudaMemcpy(host, dev, size_t(words) * 8, cudaMemcpyDeviceToHost);
+  }
+  if (e == cudaSuccess) e = cudaMemset(dev, 0, size_t(kWords) * 8);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    dk::set_last_cuda_error(static_cast<int>(e));
+    return DK_ERR_CUDA;
+  }
+  return DK_OK;
 }

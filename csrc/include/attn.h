@@ -101,15 +101,26 @@ typedef struct DkAttnPrefillSm90Params {
    * free-running): 17/18 kv-head-major order, 19/20 LPT + output staged through shared memory
    * (16-byte stores), 21/22 staged, kv-head-major; 23 = 19 as a persistent kernel (one CTA per
    * SM walks the LPT block list, K/V ring, ping-pong turns and the next block's Q load carried
-   * across blocks), 24 = 23 with at most 8 CTAs (test variant). The safe wrapper's default: 19.
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-24 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=24:
+   * across blocks), 24 = 23 with at most 8 CTAs (test variant); 25 = 19 with Q loaded by the V
+   * producer pair (two half barriers, stepped row addresses) so K tile 0 issues at once, 26 = 25
+   * and 27 = 19 recording a per-block timeline (dk_attn_prefill_sm90_timeline; measurement);
+   * 28 = 25 with an L2 prefetch of a later block's Q rows and stepped output addresses (slower
+   * than 25 on an H200), 29 = 28 recording the timeline. The safe wrapper's default: 25.
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-29 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=29:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
 
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
+
+/** Measurement hook of the timeline variants 26 / 27: copies the first `n` words (8 per row block
+ * at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then %globaltimer ns at
+ * entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output stored, producer done;
+ * zero = not recorded) of the device-global timeline buffer to `host`, then zeroes the buffer and
+ * synchronizes the device. Synchronize the launching stream first. */
+dk_status dk_attn_prefill_sm90_timeline(uint64_t *host, int64_t n);
 
 /** attn.decode on sm_90 (CUDA C++, csrc/attn/decode_sm90.cu): split-K decode attention over the
  * paged KV cache, mirroring the Triton attn_decode + attn_decode_merge kernels (HF
@@ -148,10 +159,11 @@ typedef struct DkAttnDecodeSm90Params {
   int64_t num_pages;
   int64_t num_splits;
   float scale;
-  /** Tile configuration (see decode_sm90.cu), 0..=11: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
+  /** Tile configuration (see decode_sm90.cu), 0..=12: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
    * loads, each with its warps x shared-memory stages; 8-11 the tiles of 0-3 where 2..=8 splits
    * run as one thread-block cluster per (row, kv head) and combine through distributed shared
-   * memory (no merge launch; the workspace is not written; other split counts run 0-3); -1 =
+   * memory (no merge launch; the workspace is not written; other split counts run 0-3); 12 =
+   * variant 0 recording a per-CTA timeline (dk_attn_decode_sm90_timeline; measurement); -1 =
    * automatic: variant 0 or 3 and a split count <= num_splits chosen from num_rows x n_kv_heads
    * and the SM count (the workspace layout then uses that count). Ignored at head dim 64. Same
    * results up to rounding. Tiles of one CTA per SM (hd 256: 0, 2, 4, 8, 10) launch as a
@@ -162,5 +174,12 @@ typedef struct DkAttnDecodeSm90Params {
 
 /** attn.decode, sm_90 kernel (mma.sync, cp.async pipeline; see csrc/attn/decode_sm90.cu). */
 dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params *p, dk_stream_t stream);
+
+/** Measurement hook of decode variant 12: copies the first `n` words of the device-global
+ * timeline (6 per split CTA at its linear index (x fastest), 4096 CTAs: SM id | tiles << 32, then
+ * %globaltimer ns at entry, after the grid-dependency wait, Q landed, main loop done, partials
+ * written; then 6 per merge block, 4096 blocks: entry, after the wait, output written) to `host`,
+ * zeroes the buffer and synchronizes the device. Synchronize the launching stream first. */
+dk_status dk_attn_decode_sm90_timeline(uint64_t *host, int64_t n);
 
 #endif

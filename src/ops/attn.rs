@@ -444,8 +444,8 @@ pub fn prefill<I: DevicePtr<i32>>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillKernel {
     /// The sm_90a CUDA kernel where the device runs it, else Triton. At head dim 256: tile
-    /// variant 19 (split TMA producer, ping-pong, LPT block order, staged output; see
-    /// [`PrefillKernel::Sm90Variant`]).
+    /// variant 25 (split TMA producer, Q loaded by the V producer pair, ping-pong, LPT block
+    /// order, staged output; see [`PrefillKernel::Sm90Variant`]).
     Auto,
     /// The sm_90a CUDA kernel with the ping-pong schedule of its two consumer warpgroups (they
     /// take turns issuing GEMMs), else Triton. Same results as `Auto`.
@@ -467,13 +467,18 @@ pub enum PrefillKernel {
     /// 16 (= 7 otherwise) launch the row blocks heaviest first across all kv heads (LPT order);
     /// 17-22: the split TMA producer (odd: ping-pong, even: free-running), 17/18 in the
     /// kv-head-major order, 19/20 LPT with the output staged through shared memory (coalesced
-    /// 16-byte stores; 19 is the default, what `Auto` runs), 21/22 staged in the kv-head-major
+    /// 16-byte stores; 19 was the default until session 6), 21/22 staged in the kv-head-major
     /// order; 23: 19 as a persistent kernel (one CTA per SM walks the LPT block list; the K/V
     /// ring and the ping-pong turns run on across blocks, the next block's Q half loads as soon
     /// as its consumer warpgroup released it), 24: 23 with at most 8 CTAs (a test variant: many
     /// blocks per CTA); 23 measured 0.90-0.99x variant 19 on an H200 (session 5), not the
-    /// default.
-    /// Same results up to rounding. Values above 24 are rejected ([`crate::Error::Shape`] naming
+    /// default. 25: 19 with Q loaded by the V producer pair (one mbarrier per consumer
+    /// warpgroup's 64 rows, row addresses stepped, not divided), so the K pair issues K tile 0
+    /// at once (the default, what `Auto` runs); 26 (= 25) and 27 (= 19) record a per-block
+    /// timeline ([`prefill_sm90_timeline`]; measurement variants); 28: 25 with an L2 prefetch of
+    /// the Q rows of the block one SM count of launch indices later and output rows addressed by
+    /// stepping; 29 = 28 recording the timeline.
+    /// Same results up to rounding. Values above 29 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -486,14 +491,44 @@ pub enum PrefillKernel {
 const SM90_DEFAULT_SCHEDULE: i32 = 1;
 
 /// The sm_90a kernel's default tile configuration at head dim 256 (see
-/// [`PrefillKernel::Sm90Variant`]): 19 = 7 with the split TMA producer, the ordered softmax, the
-/// LPT block order and the staged output, ping-pong; on an H200 (2026-12-01, session 4) correct
-/// in every test, memcheck/racecheck clean, 0.91-1.26x torch SDPA at the issue-14 shapes
-/// (1.37-1.86x variant 7), 0.71x on varlen 8 x 2048, 2.0x on the chunked row.
-const SM90_DEFAULT_VARIANT: i32 = 19;
+/// [`PrefillKernel::Sm90Variant`]): 25 = 19 (7 with the split TMA producer, the ordered softmax,
+/// the LPT block order and the staged output, ping-pong) with Q loaded by the V producer pair so
+/// K tile 0 issues at once; on an H200 (2026-12-01, session 6) correct in every test,
+/// memcheck/racecheck clean, 1.01-1.27x variant 19 (2k +13-27%, 8k +6%, 32k +1%, varlen +11%),
+/// 0.97-1.37x torch SDPA at the issue-14 square shapes, 0.78x on varlen 8 x 2048, 2.0x chunked.
+const SM90_DEFAULT_VARIANT: i32 = 25;
+
+/// Words per row block in [`prefill_sm90_timeline`].
+pub const PREFILL_TIMELINE_FIELDS: usize = 8;
+
+/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29
+/// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
+/// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
+/// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
+/// consumer warpgroup 0 has its Q rows, its first QK^T done, its last PV done, warpgroup 0 / 1
+/// output stored, the producer's thread 0 done issuing; all-zero records = blocks not run (or
+/// without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// the device: synchronize the launching stream first). Not used by the library.
+///
+/// # Errors
+/// [`Error::Launch`] from the copy (e.g. no device).
+pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
+    const OP: &str = "attn.prefill_sm90_timeline";
+    let words = blocks.min(16_384) * PREFILL_TIMELINE_FIELDS;
+    let mut host = vec![0u64; words];
+    // SAFETY: `host` holds `words` u64 and the call writes at most that many.
+    let status = unsafe {
+        ffi::dk_attn_prefill_sm90_timeline(
+            host.as_mut_ptr(),
+            validate::i64_of(OP, "blocks", words)?,
+        )
+    };
+    check(OP, status)?;
+    Ok(host)
+}
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 24;
+const SM90_MAX_VARIANT: u8 = 29;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -517,7 +552,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=24", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=29", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
@@ -690,15 +725,48 @@ pub enum DecodeKernel {
     /// 0 = 4 x 4; 1 = 2 x 6; 2 = 4 x 3; 3 = 2 x 4; 4-7 the same with bulk copies. 8-11: the tiles
     /// of 0-3 where, with 2..=8 splits, the splits of a (row, kv head) run as one thread-block
     /// cluster and combine their partial results through distributed shared memory (no merge
-    /// launch, the workspace is not written; more splits run 0-3). Same results up to rounding.
-    /// Values above 11 are rejected ([`crate::Error::Shape`] naming `kernel`).
+    /// launch, the workspace is not written; more splits run 0-3). 12: variant 0 recording a
+    /// per-CTA timeline ([`decode_sm90_timeline`]; measurement; 0 at head dim 128). Same results
+    /// up to rounding. Values above 12 are rejected ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).
     Triton,
 }
 
 /// The largest tile variant `dk_attn_decode_sm90` accepts.
-const DECODE_SM90_MAX_VARIANT: u8 = 11;
+const DECODE_SM90_MAX_VARIANT: u8 = 12;
+
+/// Words per split CTA (and per merge block) in [`decode_sm90_timeline`].
+pub const DECODE_TIMELINE_FIELDS: usize = 6;
+
+/// Measurement hook of the sm_90 decode variant 12 ([`DecodeKernel::Sm90Variant`]): the records
+/// of its launches since the last call, [`DECODE_TIMELINE_FIELDS`] words per split CTA at its
+/// linear grid index (row fastest, then kv head, then split; at most 4096): 0 = SM id | tiles <<
+/// 32, then `%globaltimer` nanoseconds at entry, after the grid-dependency wait, Q landed, main
+/// loop done, partials written; followed by 4096 records of the merge blocks (entry, after the
+/// wait, output written, 0, 0, 0). Returns the first `ctas` split records and the first
+/// `merge_blocks` merge records (as two vectors) and clears the device buffer (synchronizes the
+/// device: synchronize the launching stream first). Not used by the library.
+///
+/// # Errors
+/// [`Error::Launch`] from the copy (e.g. no device).
+pub fn decode_sm90_timeline(ctas: usize, merge_blocks: usize) -> Result<(Vec<u64>, Vec<u64>)> {
+    const OP: &str = "attn.decode_sm90_timeline";
+    const CAP: usize = 4096;
+    let mut host = vec![0u64; 2 * CAP * DECODE_TIMELINE_FIELDS];
+    // SAFETY: `host` holds the whole device buffer (2 x 4096 x 6 words).
+    let status = unsafe {
+        ffi::dk_attn_decode_sm90_timeline(
+            host.as_mut_ptr(),
+            validate::i64_of(OP, "ctas", host.len())?,
+        )
+    };
+    check(OP, status)?;
+    let f = DECODE_TIMELINE_FIELDS;
+    let split = host[..ctas.min(CAP) * f].to_vec();
+    let merge = host[CAP * f..(CAP + merge_blocks.min(CAP)) * f].to_vec();
+    Ok((split, merge))
+}
 
 /// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 0 or 3
 /// and a split count <= `num_splits` from rows x kv heads and the SM count (H200 sweep,
@@ -923,7 +991,7 @@ fn decode_impl(
     }
     if let DecodeKernel::Sm90Variant(v) = kernel {
         if v > DECODE_SM90_MAX_VARIANT {
-            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=11", v));
+            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=12", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
