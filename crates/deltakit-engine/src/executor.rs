@@ -314,6 +314,7 @@ impl Executor {
         let mut out = None;
         let mut first_err: Option<EngineError> = None;
         let mut pending = self.tp;
+        let mut answered = vec![false; self.tp];
         while pending > 0 {
             // After a failure, give the other ranks a short grace to return from the aborted
             // collective (so their error replies are not left queued), never the full timeout.
@@ -325,6 +326,9 @@ impl Executor {
             match self.replies.recv_timeout(limit) {
                 Ok(Reply { rank, result }) => {
                     pending -= 1;
+                    if let Some(a) = answered.get_mut(rank) {
+                        *a = true;
+                    }
                     match result {
                         Ok(v) if rank == 0 => out = Some(v),
                         Ok(_) => {}
@@ -339,12 +343,20 @@ impl Executor {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if first_err.is_none() {
+                        let silent: Vec<String> = answered
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, &a)| !a)
+                            .map(|(r, _)| r.to_string())
+                            .collect();
                         let e = EngineError::Rank {
                             rank: usize::MAX,
                             msg: format!(
                                 "watchdog: step did not finish within {:?} ({pending} of {} ranks \
-                                 had not answered); communicator aborted",
-                                self.opts.step_timeout, self.tp
+                                 had not answered: rank {}); communicator aborted",
+                                self.opts.step_timeout,
+                                self.tp,
+                                silent.join(", ")
                             ),
                         };
                         self.poison(&e);

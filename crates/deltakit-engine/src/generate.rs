@@ -528,7 +528,7 @@ impl Engine {
             }
             if r.params.logprobs.is_some_and(|k| k > vocab) {
                 return Err(EngineError::Request(format!(
-                    "request {i}: --logprobs {} exceeds the vocabulary ({vocab})",
+                    "request {i}: logprobs = {} exceeds the vocabulary ({vocab})",
                     r.params.logprobs.unwrap_or(0)
                 )));
             }

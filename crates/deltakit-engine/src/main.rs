@@ -49,11 +49,20 @@ enum Command {
     /// Print what this build contains and which devices it can use.
     Info,
     /// Generate text from prompts (default model: the bundled tiny Qwen3.5).
+    // A negative number reaches the value's parser (which names the flag and the range) rather
+    // than being taken for an unknown flag.
+    #[command(allow_negative_numbers = true)]
     Generate(GenerateArgs),
     /// Throughput benchmark with dummy weights from a config alone.
+    // A negative number reaches the value's parser (which names the flag and the range) rather
+    // than being taken for an unknown flag.
+    #[command(allow_negative_numbers = true)]
     Bench(BenchArgs),
     /// Multiple-choice evaluation over a JSONL file: per-item results and accuracy with a 95%
     /// Wilson interval.
+    // A negative number reaches the value's parser (which names the flag and the range) rather
+    // than being taken for an unknown flag.
+    #[command(allow_negative_numbers = true)]
     EvalMc(EvalMcArgs),
 }
 
@@ -242,26 +251,45 @@ struct EvalMcArgs {
 /// processes of `--nproc-per-node` share stderr: their reports must not interleave).
 fn main() -> std::process::ExitCode {
     let result = run();
+    // The reader of our stdout went away (`... | head`): not an error of ours, on rank 0 of one
+    // process per rank either (the other ranks must not report a failure for it).
+    let broken_pipe = result.as_ref().err().is_some_and(|e| {
+        e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        })
+    });
     // Rank 0 of one process per rank: tell the other rank processes how the run ended (a
     // failure after the rendezvous must fail them too).
-    let failure = result.as_ref().err().map(|e| format!("{e:#}"));
+    let failure = result.as_ref().err().filter(|_| !broken_pipe).map(report);
     deltakit_engine::dist::control::finish(failure.as_deref().map_or(Ok(()), Err));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        // The reader of our stdout went away (`... | head`): not an error of ours.
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            std::process::ExitCode::SUCCESS
-        }
+        Err(_) if broken_pipe => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let _ = std::io::stderr().lock().write_all(format!("Error: {e:?}\n").as_bytes());
+            let _ =
+                std::io::stderr().lock().write_all(format!("Error: {}\n", report(&e)).as_bytes());
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, `outer: cause: ...`, leaving out a cause whose text
+/// the line already holds (errors that print their source), and never a backtrace
+/// (RUST_BACKTRACE is for panics, not for a user's bad argument).
+fn report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for c in e.chain() {
+        let m = c.to_string();
+        if out.contains(&m) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&m);
+    }
+    out
 }
 
 fn run() -> Result<()> {
@@ -277,11 +305,17 @@ fn run() -> Result<()> {
         if let Launch::Spawn(spec) = launch_of(c)? {
             // Refuse a world size the model cannot be split over here, once, instead of in
             // every child process.
+            // The arguments, too: a bad one is reported once, not by every rank process.
+            if let Command::Generate(a) = &cli.command {
+                generate_inputs(a)?;
+            }
             let model = match model {
                 Some(m) => m,
                 None => bundled_model_dir()?,
             };
-            ShardPlan::check(&ModelConfig::from_path(&model)?, spec.world)?;
+            let cfg = ModelConfig::from_path(&model)
+                .with_context(|| format!("model {}", model.display()))?;
+            ShardPlan::check(&cfg, spec.world)?;
             // The children fail on their own within the watchdog's time after a failure;
             // stragglers are killed a little later.
             let grace = Duration::from_secs((c.step_timeout as u64).saturating_add(5));
@@ -633,8 +667,17 @@ fn cache_for(cfg: &ModelConfig, seqs: usize, max_len: usize, page_size: usize) -
     CacheConfig::for_sequences(seqs.max(1), max_context, page_size.max(1))
 }
 
-#[allow(clippy::too_many_lines)]
-fn generate(a: &GenerateArgs) -> Result<()> {
+/// What `generate` reads and checks before any weight is loaded: the model directory, its
+/// tokenizer (if any), the prompts as token ids and the stop ids. The node launcher runs it
+/// too, so that a bad argument is reported once rather than by every rank process.
+struct GenInputs {
+    dir: PathBuf,
+    tok: Option<Tokenizer>,
+    prompts: Vec<(String, Vec<u32>)>,
+    stop: Vec<u32>,
+}
+
+fn generate_inputs(a: &GenerateArgs) -> Result<GenInputs> {
     let dir = match &a.model {
         Some(d) => d.clone(),
         None => bundled_model_dir()?,
@@ -642,6 +685,8 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     if !dir.exists() {
         bail!("--model {}: no such file or directory", dir.display());
     }
+    let cfg = ModelConfig::from_path(&dir).with_context(|| format!("--model {}", dir.display()))?;
+    let vocab = cfg.vocab_size;
     let tok_path = if dir.is_dir() {
         dir.join("tokenizer.json")
     } else {
@@ -649,15 +694,25 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     };
     let tok = if tok_path.is_file() { Some(Tokenizer::from_path(&tok_path)?) } else { None };
     let mut prompts: Vec<(String, Vec<u32>)> = Vec::new();
-    for p in &a.prompt {
+    for (i, p) in a.prompt.iter().enumerate() {
         let t = tok.as_ref().with_context(|| {
             format!("--prompt needs {} (or use --token-ids)", tok_path.display())
         })?;
-        prompts.push((p.clone(), t.encode(p)?));
+        let ids = t.encode(p)?;
+        if ids.is_empty() {
+            bail!("--prompt #{i} ({p:?}) encodes to no tokens: give a non-empty prompt");
+        }
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+            bail!("--prompt #{i}: the tokenizer gave id {bad}, outside the model's vocabulary (size {vocab})");
+        }
+        prompts.push((p.clone(), ids));
     }
     for s in &a.token_ids {
         let ids =
             parse_token_ids(s).map_err(|e| anyhow::anyhow!("--token-ids: {}", request_msg(e)))?;
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+            bail!("--token-ids: token id {bad} is outside the vocabulary (size {vocab})");
+        }
         let text = tok.as_ref().and_then(|t| t.decode(&ids).ok()).unwrap_or_default();
         prompts.push((text, ids));
     }
@@ -676,6 +731,23 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     if a.logprobs.is_some() && !a.json {
         bail!("--logprobs K prints JSON lines: add --json");
     }
+    if let Some(k) = a.logprobs.filter(|&k| k > vocab) {
+        bail!("--logprobs {k} exceeds the vocabulary (size {vocab})");
+    }
+    let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
+    if let Some(s) = &a.stop_token_ids {
+        let ids = parse_token_ids(s)
+            .map_err(|e| anyhow::anyhow!("--stop-token-ids: {}", request_msg(e)))?;
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+            bail!("--stop-token-ids: token id {bad} is outside the vocabulary (size {vocab})");
+        }
+        stop.extend(ids);
+    }
+    Ok(GenInputs { dir, tok, prompts, stop })
+}
+
+fn generate(a: &GenerateArgs) -> Result<()> {
+    let GenInputs { dir, tok, prompts, stop } = generate_inputs(a)?;
     let longest = prompts.iter().map(|p| p.1.len()).max().unwrap_or(0);
     let t_load = Instant::now();
     let cache = |cfg: &ModelConfig| {
@@ -684,7 +756,7 @@ fn generate(a: &GenerateArgs) -> Result<()> {
     let Some(engine) = load(&dir, &a.common, cache)? else {
         return Ok(());
     };
-    run_generate(a, &dir, tok.as_ref(), &prompts, engine, t_load)
+    run_generate(a, &dir, tok.as_ref(), &prompts, &stop, engine, t_load)
 }
 
 /// The backend-generic part of `generate`: requests, streaming / JSONL output, timing.
@@ -694,23 +766,12 @@ fn run_generate(
     dir: &Path,
     tok: Option<&Tokenizer>,
     prompts: &[(String, Vec<u32>)],
+    stop: &[u32],
     mut engine: Engine,
     t_load: Instant,
 ) -> Result<()> {
     let load_s = t_load.elapsed().as_secs_f64();
     let cfg = engine.config().clone();
-    let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
-    if let Some(s) = &a.stop_token_ids {
-        let ids = parse_token_ids(s)
-            .map_err(|e| anyhow::anyhow!("--stop-token-ids: {}", request_msg(e)))?;
-        if let Some(bad) = ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            bail!(
-                "--stop-token-ids: token id {bad} is outside the vocabulary (size {})",
-                cfg.vocab_size
-            );
-        }
-        stop.extend(ids);
-    }
     let requests: Vec<Request> = prompts
         .iter()
         .enumerate()
@@ -721,17 +782,12 @@ fn run_generate(
                 top_p: a.top_p,
                 seed: a.seed.wrapping_add(i as u64),
                 max_tokens: a.max_tokens,
-                stop_tokens: stop.clone(),
+                stop_tokens: stop.to_vec(),
                 logprobs: a.logprobs.or(if a.json { Some(1) } else { None }),
                 prompt_logprobs: a.json,
             },
         })
         .collect();
-    for (_, ids) in prompts {
-        if let Some(bad) = ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            bail!("token id {bad} is outside the vocabulary (size {})", cfg.vocab_size);
-        }
-    }
     // Checked here too (the engine does) so that nothing is printed for a failing run.
     let max_ctx = engine.cache_config().max_context;
     for (i, (_, ids)) in prompts.iter().enumerate() {
@@ -836,6 +892,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     if a.common.load_format != LoadFormat::Dummy {
         bail!("bench runs with --load-format dummy (weights from the config alone)");
     }
+    ModelConfig::from_path(&a.config).context("--config")?;
     let t_load = Instant::now();
     // Lengths against the model before any weight or prompt is allocated (a huge --prompt-len
     // would otherwise fail only when the random prompts are built).
@@ -1004,7 +1061,7 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
         bail!("--model {}: not a model directory", dir.display());
     }
     let tok = Tokenizer::from_path(&dir.join("tokenizer.json"))?;
-    let mut items = eval::load_jsonl(&a.data)?;
+    let mut items = eval::load_jsonl(&a.data).context("--data")?;
     if let Some(n) = a.limit {
         items.truncate(n);
     }
@@ -1012,7 +1069,12 @@ fn eval_mc(a: &EvalMcArgs) -> Result<()> {
         TemplateArg::Plain => Template::Plain,
         TemplateArg::Chatml => Template::Chatml,
     };
-    let previous = a.rerun_truncated.as_deref().map(eval::report::read_results).transpose()?;
+    let previous = a
+        .rerun_truncated
+        .as_deref()
+        .map(eval::report::read_results)
+        .transpose()
+        .context("--rerun-truncated")?;
     let todo = match &previous {
         Some(prev) => eval::select_truncated(&items, prev, a.max_tokens)?,
         None => items.clone(),

@@ -385,15 +385,17 @@ fn multiproc_rank_error_panic_and_stall_fail_every_process() {
     }
 }
 
-/// Rank 0 failing after the rendezvous (a token id outside the vocabulary, found when the
-/// prompt is queued) fails every rank, not only rank 0: rank 0's final shutdown carries the
+/// Rank 0 failing after the rendezvous (a prompt longer than the model's context, found against
+/// the loaded engine's cache; argument errors such as an out-of-vocabulary id are refused before
+/// any rank starts) fails every rank, not only rank 0: rank 0's final shutdown carries the
 /// failure. Through the node launcher and in the torchrun-style environment mode.
 #[test]
 fn multiproc_rank0_failure_after_rendezvous_fails_every_rank() {
-    let args = gen_args("tiny-causal", &[vec![99999]], 2);
+    // tiny-causal: max_position_embeddings 4096.
+    let args = gen_args("tiny-causal", &[(0..4097u32).map(|i| i % 300 + 1).collect()], 2);
     let mut c = bin();
     c.args(&args).args(["--nproc-per-node", "2"]);
-    let d = run(c, LIMIT, "launcher, bad token id");
+    let d = run(c, LIMIT, "launcher, prompt past the context");
     assert!(!d.status.success());
     assert!(d.stderr.contains("2 of the local rank processes failed"), "{}", d.stderr);
     assert!(d.stderr.contains("rank 0 failed after the rendezvous"), "{}", d.stderr);
@@ -407,11 +409,11 @@ fn multiproc_rank0_failure_after_rendezvous_fails_every_rank() {
         })
         .collect();
     for (r, c) in children.into_iter().enumerate() {
-        let d = wait(c, LIMIT, "rank, bad token id");
+        let d = wait(c, LIMIT, "rank, prompt past the context");
         assert!(!d.status.success(), "rank {r} exited 0: {}", d.stderr);
         if r == 1 {
             assert!(d.stderr.contains("rank 0 failed after the rendezvous"), "{}", d.stderr);
-            assert!(d.stderr.contains("99999"), "{}", d.stderr);
+            assert!(d.stderr.contains("4097 tokens exceed"), "{}", d.stderr);
         }
     }
 }
@@ -581,4 +583,31 @@ fn multiproc_killed_launcher_takes_its_ranks_down() {
         std::thread::sleep(Duration::from_millis(10));
     }
     eprintln!("both ranks gone {:?} after the launcher was killed", t_kill.elapsed());
+}
+
+/// Review of session 6: with `--nproc-per-node`, a bad argument is reported once by the
+/// launcher (no rank process starts), and a reader that closes stdout early (`... | head -c 3`)
+/// ends the run successfully on every rank, as it does in one process.
+#[test]
+fn multiproc_argument_errors_once_and_closed_stdout() {
+    let args = gen_args("tiny-causal", &[vec![5, 7, 11]], 40);
+    for (bad, want) in [
+        (&["--temperature", "nan"][..], "temperature"),
+        (&["--token-ids", "1,99999"][..], "--token-ids: token id 99999"),
+    ] {
+        let mut c = bin();
+        c.args(&args).args(bad).args(["--nproc-per-node", "4"]);
+        let d = run(c, LIMIT, want);
+        assert!(!d.status.success(), "{want}");
+        assert_eq!(d.stderr.matches(want).count(), 1, "{want}: {}", d.stderr);
+        assert!(!d.stderr.contains("local rank processes failed"), "{}", d.stderr);
+    }
+    let mut c = bin();
+    c.args(&args).args(["--nproc-per-node", "2"]);
+    let mut child = c.spawn().unwrap();
+    let mut first = [0u8; 3];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then the pipe is closed
+    let d = wait(child, LIMIT, "closed stdout");
+    assert!(d.status.success(), "{}", d.stderr);
+    assert!(!d.stderr.contains("failed"), "{}", d.stderr);
 }

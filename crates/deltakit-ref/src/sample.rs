@@ -50,8 +50,9 @@ pub fn argmax<T: Elem>(logits: &[T], vocab: usize, out: &mut [u32]) -> Result<()
 /// Shapes: `logits`: `[N, vocab]`; returns `N` vectors of length `k`.
 ///
 /// # Errors
-/// [`RefError::Shape`] for `vocab == 0` or a bad length; [`RefError::Invalid`] for `k > vocab`
-/// or a NaN logit.
+/// [`RefError::Shape`] for `vocab == 0` or a bad length; [`RefError::Invalid`] for `k > vocab`,
+/// a NaN or `+inf` logit, or a row whose logits are all `-inf` (no distribution: the log-sum-exp
+/// would be NaN); `-inf` elsewhere is an ordinary masked token (log-probability `-inf`).
 pub fn topk_logprobs<T: Elem>(
     logits: &[T],
     vocab: usize,
@@ -61,6 +62,23 @@ pub fn topk_logprobs<T: Elem>(
     validate(OP, logits, vocab)?;
     if k > vocab {
         return Err(RefError::Invalid { op: OP, what: "k", msg: format!("{k} > vocab {vocab}") });
+    }
+    if let Some(i) = logits.iter().position(|x| x.to_f32() == f32::INFINITY) {
+        return Err(RefError::Invalid {
+            op: OP,
+            what: "logits",
+            msg: format!("+inf at row {} column {}", i / vocab, i % vocab),
+        });
+    }
+    if let Some(r) = logits
+        .chunks_exact(vocab)
+        .position(|row| row.iter().all(|x| x.to_f32() == f32::NEG_INFINITY))
+    {
+        return Err(RefError::Invalid {
+            op: OP,
+            what: "logits",
+            msg: format!("row {r} is all -inf (no finite logit)"),
+        });
     }
     Ok(logits
         .chunks_exact(vocab)

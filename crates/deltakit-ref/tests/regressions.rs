@@ -93,3 +93,39 @@ fn smoke_ops_check_lengths() {
     assert!(deltakit_ref::smoke::vadd_f32(&[1.0, 2.0], &[1.0], &mut out).is_err());
     assert_eq!(out, vec![0.0, 0.0]);
 }
+
+/// Review of session 6: inputs that were accepted and gave NaN (or were checked by one op and not
+/// its neighbour): a non-finite attention scale, a NaN / negative `eps` in the GDR q/k L2 norm,
+/// a `+inf` logit or an all `-inf` row in the top-k log-probabilities. Nothing is written.
+#[test]
+fn non_finite_parameters_are_rejected_like_their_neighbours() {
+    use deltakit_ref::attn::{decode_paged, prefill_contiguous, AttnDims};
+    let dims = AttnDims { n_q_heads: 2, n_kv_heads: 1, head_dim: 4 };
+    let q = vec![0.25f32; 2 * 4];
+    let kv = vec![0.5f32; 4];
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut out = vec![7f32; 2 * 4];
+        let e = prefill_contiguous(&q, &kv, &kv, &[0, 1], &[0, 1], dims, Some(bad), &mut out)
+            .unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "scale", .. }), "{e}");
+        let pages = PageTable { table: &[0], max_pages: 1 };
+        let e = decode_paged(&q, &kv, &kv, &[1], pages, 1, dims, Some(bad), &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "scale", .. }), "{e}");
+        assert!(out.iter().all(|&v| v == 7.0), "written on error");
+    }
+    for eps in [f32::NAN, -1e-6, f32::INFINITY] {
+        let mut out = vec![7f32; 4];
+        let e = deltakit_ref::gdr::l2norm(&[1.0, 2.0, 3.0, 4.0], 4, eps, &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
+        assert!(out.iter().all(|&v| v == 7.0), "written on error");
+    }
+    let topk = deltakit_ref::sample::topk_logprobs::<f32>;
+    let e = topk(&[0.0, f32::INFINITY, 1.0], 3, 2).unwrap_err();
+    assert!(matches!(e, RefError::Invalid { what: "logits", .. }), "{e}");
+    let e = topk(&[0.0, 1.0, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY], 3, 1)
+        .unwrap_err();
+    assert!(e.to_string().contains("row 1 is all -inf"), "{e}");
+    // A masked (-inf) token in a row with finite logits is ordinary: log-probability -inf.
+    let ok = topk(&[0.0, f32::NEG_INFINITY, 0.0], 3, 3).unwrap();
+    assert_eq!(ok[0][2], (1, f32::NEG_INFINITY));
+}

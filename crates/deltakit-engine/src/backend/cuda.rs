@@ -49,19 +49,18 @@
 //! slice of this backend is used on another stream. The test helper context
 //! ([`CudaBackend::from_context`]) disables it the same way.
 //!
-//! # Host-side parts (documented limits)
-//! The engine's [`crate::generate::Engine::step`] copies the requested logits rows to the host
-//! ([`Backend::to_host`], bf16 -> f32), where greedy argmax, temperature / top-p sampling and the
-//! `--logprobs` log-softmax top-k run with the CPU code (one bf16 row of `vocab` values per
-//! sequence per step: 0.5 MB at Qwen3.5's 248k vocabulary). [`CudaBackend::argmax`]
-//! (`sample.argmax` on the device) is ready for a greedy fast path but not wired into the
-//! scheduler: every generated token's event carries its log-probability, so the row is needed on
-//! the host anyway until a device log-sum-exp / top-k kernel exists (a separate issue).
+//! # Sampling on the device
+//! Decode steps sample on the GPU ([`CudaBackend::sample_static`]: `sample.topk_logprobs` and,
+//! for temperature / top-p rows, `sample.top_p`, inside the step's CUDA graph); only the chosen
+//! ids, their log-probabilities and the requested top-K lists are copied back
+//! ([`CudaBackend::read_static`]). At TP > 1 the vocab-parallel logits are all-gathered and
+//! sampled on the host with the same semantics ([`crate::sampling::sample_rows`]). Prefill steps
+//! copy only the requested logits rows to the host ([`Backend::to_host`]).
 //!
 //! # Supported shapes
-//! `gdr.chunk_prefill` is built for `K, V` in {64, 128} (`gdr.decode` also for `K` = 32 and
-//! `V` in {16, 32}, not yet usable here without the prefill); attention for head dims
-//! 64, 128, 256 with GQA groups <= 16 in decode; conv width 2..=4. [`CudaBackend::check_model`]
+//! GDR head dims `K, V` in {16, 32, 64, 128} (`deltakit::ops::gdr::head_dims_supported`:
+//! `gdr.chunk_prefill` and `gdr.decode`); attention head dims 64, 128, 256 with GQA groups <= 16
+//! in decode; conv width 2..=4. [`CudaBackend::check_model`]
 //! rejects anything else with [`EngineError::Unsupported`] before weights are loaded (and
 //! [`Backend::new_gdn_state`] / [`Backend::new_kv_cache`] check again), so an unsupported model
 //! never produces output.
@@ -346,7 +345,8 @@ impl CudaBackend {
     ///
     /// # Errors
     /// [`EngineError::Unsupported`] naming the first unsupported dimension: GDR head dims
-    /// `K`, `V` outside {64, 128} (`gdr.chunk_prefill`'s set), attention head dim outside {64, 128, 256}, a decode GQA group
+    /// `K`, `V` outside {16, 32, 64, 128} (`deltakit::ops::gdr::head_dims_supported`), attention
+    /// head dim outside {64, 128, 256}, a decode GQA group
     /// over 16, conv width outside 2..=4, an odd or oversized rotary dim.
     pub fn check_model(cfg: &ModelConfig) -> Result<()> {
         check_gdn(GdnDims {

@@ -175,12 +175,17 @@ pub fn resolve(flags: &LaunchFlags, env: &LaunchEnv) -> Result<Launch, DistError
     }
     let nnodes = flags.nnodes.unwrap_or(1);
     // World size: flags, then WORLD_SIZE, then --tp.
-    let flag_world = flags.nproc_per_node.map(|p| {
-        (
-            nnodes * p,
-            format!("--nnodes {nnodes} x --nproc-per-node {p} = world size {}", nnodes * p),
-        )
-    });
+    let flag_world = match flags.nproc_per_node {
+        Some(p) => {
+            let w = nnodes.checked_mul(p).ok_or_else(|| {
+                DistError::Usage(format!(
+                    "--nnodes {nnodes} x --nproc-per-node {p} overflows the world size"
+                ))
+            })?;
+            Some((w, format!("--nnodes {nnodes} x --nproc-per-node {p} = world size {w}")))
+        }
+        None => None,
+    };
     let world = match (&flag_world, env_world) {
         (Some((w, f)), Some(e)) if *w != e => {
             return Err(DistError::Conflict { flag: f.clone(), other: format!("WORLD_SIZE={e}") })
@@ -392,6 +397,22 @@ mod tests {
         assert!(
             matches!(resolve(&LaunchFlags::default(), &e), Err(DistError::Env { var, .. }) if var == "RANK")
         );
+    }
+
+    #[test]
+    fn world_size_overflow_is_an_error() {
+        // Review of session 6: nnodes x nproc wrapped around in release builds (a world of 2
+        // from --nnodes 2 --nproc-per-node 2^63 + 1, then a panic in the spawner).
+        for (n, p) in [(2usize, (1usize << 63) + 1), (4, 1 << 62), (3, usize::MAX / 3 + 1)] {
+            let f = LaunchFlags {
+                nnodes: Some(n),
+                nproc_per_node: Some(p),
+                rendezvous: Some("127.0.0.1:29500".into()),
+                ..LaunchFlags::default()
+            };
+            let e = resolve(&f, &LaunchEnv::default()).unwrap_err().to_string();
+            assert!(e.contains("overflows the world size") && e.contains(&p.to_string()), "{e}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::{check, Elem, RefError, Result};
 ///
 /// # Errors
 /// [`RefError::Shape`] for length / head mismatches; [`RefError::Invalid`] for a `seq_lens` entry
-/// that is 0 or < -1, or bad page ids.
+/// that is 0 or < -1, bad page ids, or a non-finite `scale`.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_paged<T: Elem>(
     q: &[T],
@@ -51,7 +51,7 @@ pub fn decode_paged<T: Elem>(
         }
         pages.check_seq(OP, i, l as usize, page_size, num_pages)?;
     }
-    let scale = scale.unwrap_or_else(|| 1.0 / (hd as f32).sqrt());
+    let scale = super::softmax_scale(OP, scale, hd)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
     let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; hd], vec![0f32; hd]);
     for (i, &l) in seq_lens.iter().enumerate() {

@@ -21,6 +21,22 @@ pub use prefill::{prefill_contiguous, prefill_paged};
 pub use qk_norm::qk_norm;
 pub use rope::{rope_neox, RopeParams};
 
+/// The softmax scale: `scale`, or `1 / sqrt(head_dim)` when `None`.
+///
+/// # Errors
+/// [`crate::RefError::Invalid`] for a non-finite `scale` (NaN / inf would make every score NaN).
+pub(crate) fn softmax_scale(op: &'static str, scale: Option<f32>, hd: usize) -> crate::Result<f32> {
+    match scale {
+        Some(s) if !s.is_finite() => Err(crate::RefError::Invalid {
+            op,
+            what: "scale",
+            msg: format!("must be finite, got {s}"),
+        }),
+        Some(s) => Ok(s),
+        None => Ok(1.0 / (hd as f32).sqrt()),
+    }
+}
+
 use crate::{check, Elem, RefError, Result};
 
 /// Head counts and head dim of an attention layer (per rank).

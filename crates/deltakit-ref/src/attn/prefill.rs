@@ -20,7 +20,7 @@ use crate::{check, Elem, RefError, Result};
 ///
 /// # Errors
 /// [`RefError::Shape`] for length / head mismatches; [`RefError::Invalid`] for bad
-/// `cu_seqlens`, `ctx_lens`, or page ids.
+/// `cu_seqlens`, `ctx_lens`, page ids, or a non-finite `scale`.
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_paged<T: Elem>(
     q: &[T],
@@ -50,7 +50,7 @@ pub fn prefill_paged<T: Elem>(
             pages.check_seq(OP, i, ctx + len, page_size, num_pages)?;
         }
     }
-    let scale = scale.unwrap_or_else(|| 1.0 / (hd as f32).sqrt());
+    let scale = super::softmax_scale(OP, scale, hd)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
     let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; hd], vec![0f32; hd]);
     for (i, &(start, len)) in seqs.iter().enumerate() {
@@ -104,7 +104,7 @@ pub fn prefill_paged<T: Elem>(
 ///
 /// # Errors
 /// [`RefError::Shape`] for length mismatches; [`RefError::Invalid`] for bad `cu_seqlens` or a
-/// sequence with fewer keys than queries.
+/// sequence with fewer keys than queries, or a non-finite `scale`.
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_contiguous<T: Elem>(
     q: &[T],
@@ -133,7 +133,7 @@ pub fn prefill_contiguous<T: Elem>(
             msg: format!("sequence {i} has {} keys < {} queries", sk[i].1, sq[i].1),
         });
     }
-    let scale = scale.unwrap_or_else(|| 1.0 / (hd as f32).sqrt());
+    let scale = super::softmax_scale(OP, scale, hd)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
     let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; hd], vec![0f32; hd]);
     let krow = dims.n_kv_heads * hd;

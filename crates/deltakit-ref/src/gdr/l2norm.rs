@@ -22,11 +22,13 @@ pub(crate) fn l2norm_row(x: &mut [f32], eps: f32) {
 ///
 /// # Errors
 /// [`crate::RefError::Shape`] if `dim == 0`, `x.len()` is not a multiple of `dim`, or
-/// `out.len() != x.len()`.
+/// `out.len() != x.len()`; [`crate::RefError::Invalid`] for an `eps` that is negative or not
+/// finite (as the RMS norms).
 pub fn l2norm(x: &[f32], dim: usize, eps: f32, out: &mut [f32]) -> Result<()> {
     const OP: &str = "gdr.l2norm";
     check::rows(OP, "x", x.len(), dim)?;
     check::len(OP, "out", out.len(), x.len())?;
+    crate::norm::check_eps(OP, eps)?;
     out.copy_from_slice(x);
     for row in out.chunks_exact_mut(dim) {
         l2norm_row(row, eps);

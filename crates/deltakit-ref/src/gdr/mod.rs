@@ -62,6 +62,10 @@ impl Default for GdrOptions {
 ///
 /// `q`, `k`: `[T, H_k, K]`; `v`: `[T, H_v, V]` (dtype `T`: f32 or bf16, widened to f32);
 /// `g` (log-decay, from [`gating`]) and `beta` (from [`gating`]): f32 `[T, H_v]`.
+///
+/// The ops check `g` and `beta` (the gate parameters) for values the recurrence does not define;
+/// `q`, `k`, `v` are activations and are not scanned: a NaN / inf there propagates into the
+/// output and the sequence's state, as in the GPU kernels.
 #[derive(Clone, Copy, Debug)]
 pub struct GdrInputs<'a, T> {
     /// Queries `[T, H_k, K]`.
