@@ -93,9 +93,9 @@ struct ModelArgs {
     /// Weight source.
     #[arg(long, value_enum, default_value = "auto")]
     load_format: LoadFormat,
-    /// Seed of the dummy weights.
-    #[arg(long, default_value_t = 0)]
-    weight_seed: u64,
+    /// Seed of the dummy weights (with --load-format dummy only; default 0).
+    #[arg(long)]
+    weight_seed: Option<u64>,
     /// KV-cache page size in tokens (1..=4096).
     #[arg(long, default_value_t = 16, value_parser = page_size_arg)]
     page_size: usize,
@@ -172,7 +172,10 @@ struct GenerateArgs {
     /// Do not stop at the config's eos_token_id.
     #[arg(long)]
     ignore_eos: bool,
-    /// Return the top-K log-probabilities of every prompt position and generated token.
+    /// Return the top-K log-probabilities of every prompt position and generated token (with
+    /// --json). A prompt record `pos = i` holds the next-token distribution AFTER prompt token i
+    /// (what the model predicts for position i + 1), not the log-probability of token i itself;
+    /// a generated token's record holds the distribution it was drawn from.
     #[arg(long)]
     logprobs: Option<usize>,
     /// JSON lines output (one object per prompt position and generated token).
@@ -478,13 +481,22 @@ fn load(
         Launch::Spawn(_) => bail!("internal: the node launcher reached the loader"),
     };
     ShardPlan::check(&cfg, tp)?;
+    if common.weight_seed.is_some() && common.load_format != LoadFormat::Dummy {
+        bail!("--weight-seed seeds dummy weights: add --load-format dummy (or drop it)");
+    }
+    if common.no_graphs && !common.device.starts_with("cuda") {
+        eprintln!(
+            "note: --no-graphs has no effect on --device {} (CUDA graphs are a GPU feature)",
+            common.device
+        );
+    }
     let src = match common.load_format {
         LoadFormat::Auto => {
             SafetensorsWeights::open(dir_or_json)
                 .with_context(|| format!("loading weights from {}", dir_or_json.display()))?;
             Source::Dir(dir_or_json.to_path_buf())
         }
-        LoadFormat::Dummy => Source::Dummy(cfg.clone(), common.weight_seed),
+        LoadFormat::Dummy => Source::Dummy(cfg.clone(), common.weight_seed.unwrap_or(0)),
     };
     let progress = cfg.num_parameters() > 50_000_000;
     let graphs = GraphOptions { enabled: !common.no_graphs, ..GraphOptions::default() };
@@ -575,7 +587,7 @@ fn load_rank(
             deltakit_engine::dist::weights_identity(d)
                 .with_context(|| format!("reading the checkpoint headers in {}", d.display()))?
         ),
-        Source::Dummy(..) => format!("dummy, seed {}", common.weight_seed),
+        Source::Dummy(..) => format!("dummy, seed {}", common.weight_seed.unwrap_or(0)),
     };
     let ropts = |backend: &str, nccl_id: Option<Vec<u8>>, capacity: u64| RendezvousOptions {
         addr: spec.rendezvous.clone(),
@@ -922,7 +934,7 @@ fn run_bench(a: &BenchArgs, mut engine: Engine, t_load: Instant) -> Result<()> {
         bail!("--breakdown needs the CUDA backend on one device (no --tp / --devices)");
     }
     let cfg = engine.config().clone();
-    let mut rng = StdRng::seed_from_u64(a.common.weight_seed ^ 0x5eed);
+    let mut rng = StdRng::seed_from_u64(a.common.weight_seed.unwrap_or(0) ^ 0x5eed);
     let requests: Vec<Request> = (0..a.batch)
         .map(|i| Request {
             prompt: (0..a.prompt_len).map(|_| rng.gen_range(0..cfg.vocab_size as u32)).collect(),
