@@ -196,6 +196,7 @@ constexpr uint32_t kLpT = kLpA + 64 * kLd * 4;     // f32 Tm [64][72]
 constexpr uint32_t kLpX = 24576;                   // 4 x f32 [16][24] level scratch over Q rows 32..63 (dead by then)
 constexpr int kSpFull = 1;                         // + stage (state kernel)
 constexpr int kSpEmpty = 4;                        // + stage
+constexpr int kOvlLd = 7;                          // overlap: the 128 loader threads agree on a chunk's verdict
 static_assert(kLpX + 4 * 16 * kLdX * 4 <= 32768 && kOP + 8192 <= kLpX, "local pass aliasing");
 #endif
 constexpr uint32_t kLpSmem = 32768 + kNumVec * 256 + 2 * 64 * kLd * 4;  // 71,936: 3 CTAs / SM
@@ -208,7 +209,24 @@ static_assert(kSpSmem <= 232448 && 3 * (kLpSmem + 1024) <= 233472, "split shared
 struct SplitArgs {
   DkGdrPrefillFusedParams p;
   DkGdrPrefillSplitWs w;
+  int fix;  // overlap (bit 512) only: 1 = the fix-up launch of the state kernel (launch_overlap); 2 = the overlapped
+            // launch with every loader "timing out" at once (variant bit 1024: a test of the fix-up path)
 };
+// Overlap (variant bit 512) flag helpers: ld.acquire.gpu / st.release.gpu on the workspace flags, %globaltimer (ns).
+__device__ __forceinline__ int ld_acquire_gpu(const int* f) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int* f, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(f), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+constexpr uint64_t kOvlSpinNs = 200000000ull;  // 200 ms: the bounded spin of the overlap's image loader
 __device__ int g_split_prof_printed;
 __device__ int g_split_local_printed;
 
@@ -220,7 +238,13 @@ __device__ int g_split_local_printed;
 template <int VAR>
 __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs args) {
 #ifdef DK_GDR_FUSED_SM90A
-  constexpr bool kFast = (VAR & 1) != 0, kProf = (VAR & 2) != 0, kHk = (VAR & 64) != 0;
+  constexpr bool kFast = (VAR & 1) != 0, kProf = (VAR & 2) != 0, kHk = (VAR & 64) != 0, kOvl = (VAR & 512) != 0;
+  static_assert(!kOvl || (kHk && !kProf), "the overlap local pass is the per-key-head one, unprofiled");
+  // kOvl: a persistent 1-D grid (launch_split sizes it to the SMs the state kernel leaves free) walking the items
+  // (chunk id, key head) chunk-major, so that early chunks are ready first; a release flag per (chunk id, value head)
+  // after each image; griddepcontrol.wait at the end (see launch_split: the memory-ordering / no-hang argument).
+  const int64_t n_items = kOvl ? int64_t(args.w.nt) * args.p.h_k : 1;
+  for (int64_t item = kOvl ? int64_t(blockIdx.x) : 0; item < n_items; item += kOvl ? int64_t(gridDim.x) : 1) {
   long long tp = 0, ph[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #define DK_LMARK(i)                  \
   if constexpr (kProf) {             \
@@ -234,22 +258,22 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
   extern __shared__ __align__(128) unsigned char smem[];
   const int lt = threadIdx.x, lw = lt >> 5, lane = lt & 31;
   const int g = lane >> 2, q = lane & 3;
-  const int64_t pc = blockIdx.x;  // chunk id
+  const int64_t pc = kOvl ? item / p.h_k : int64_t(blockIdx.x);  // chunk id
   const int64_t HV = p.h_v, T = p.num_tokens;
   const int ratio = int(HV / p.h_k);
-  const int hk = kHk ? int(blockIdx.y) : int(blockIdx.y) / ratio;
+  const int hk = kOvl ? int(item % p.h_k) : kHk ? int(blockIdx.y) : int(blockIdx.y) / ratio;
   const int hv0 = kHk ? hk * ratio : int(blockIdx.y);
   const int nh = kHk ? ratio : 1;  // value heads of this CTA: hv0 .. hv0 + nh - 1
   const int seq = reinterpret_cast<const int*>(args.w.cseq)[pc];
-  if (seq < 0) return;
+  if (seq < 0) continue;
   const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
-  if (!(slot >= 0 && slot < p.num_slots)) return;  // padding: the state kernel reads no image
+  if (!(slot >= 0 && slot < p.num_slots)) continue;  // padding: the state kernel reads no image
   const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
   int64_t bos = cu[seq], eos = cu[seq + 1];
   bos = bos < 0 ? 0 : (bos > T ? T : bos);
   eos = eos < bos ? bos : (eos > T ? T : eos);
   const int64_t t0 = bos + (pc - reinterpret_cast<const int*>(args.w.coff)[seq]) * kC;
-  if (t0 >= eos || t0 < bos) return;
+  if (t0 >= eos || t0 < bos) continue;
   const int n = int(eos - t0 < kC ? eos - t0 : kC);
   const uint32_t sbase = smem_u32(smem);
   const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
@@ -492,7 +516,12 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
       const uint32_t b = uint32_t(idx) * 16u;
       img[idx] = *reinterpret_cast<const uint4*>(b < kRVec ? smem + b : smem + kLpVec + (b - kRVec));
     }
-    if (j + 1 < nh) __syncthreads();  // the copy-out read the image and the vectors the next head overwrites
+    if constexpr (kOvl) {  // publish image (pc, hv): every thread's stores, barrier, one gpu-scope release store
+      __syncthreads();  // also: the copy-out read the image / vectors the next head or item overwrites
+      if (lt == 0) st_release_gpu(reinterpret_cast<int*>(args.w.flags) + (pc * HV + hv), 1);
+    } else if (j + 1 < nh) {
+      __syncthreads();  // the copy-out read the image and the vectors the next head overwrites
+    }
     DK_LMARK(7)
   }
   if constexpr (kProf) {  // one CTA (chunk id 64, grid row 0): cycles of each phase, summed over its value heads
@@ -501,6 +530,10 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
              "factors %lld epilogue %lld inverse+levels %lld tb+copy_out %lld total %lld\n",
              VAR, nh, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], clock64() - tstart);
   }
+  }  // items
+  // Overlap: this grid is the programmatic dependent of the state kernel; wait for it (and its memory) before
+  // exiting, so that the completion of this launch implies the state kernel's (the fix-up launch reads its flags).
+  if constexpr (kOvl) asm volatile("griddepcontrol.wait;" ::: "memory");
 #undef DK_LMARK
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -899,6 +932,26 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   // kLo: the bf16 lo-part products (S_lo K^T, E_hi Tb_lo, E_lo Tb_hi, (v kdec)_lo K); without them (VAR & 256, a
   // measurement of the tensor work's share only: below the contract's precision) one bf16 product each.
   constexpr bool kLo = (VAR & 256) == 0;
+  // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
+  // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
+  // args.fix = 1, reruns it after the local pass).
+  constexpr bool kOvl = (VAR & 512) != 0;
+  static_assert(!kOvl || !kAhead, "overlap: one chunk in flight per loader step");
+  // s_ovl[0], [1]: the loaders' verdict per chunk parity (thread 0 -> barrier -> all); s_ovl[2 + stage]: "the loaders
+  // stopped at the chunk of this stage", set before their arrival on its full barrier. Per stage, so that the state
+  // warps (up to two chunks behind, on other stages) all read 0 until they reach that chunk: one uniform break.
+  __shared__ int s_ovl[2 + kSpNs];
+  if constexpr (kOvl) {
+    const int64_t cta = (int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z;
+    const int* abort_flag = reinterpret_cast<const int*>(args.w.flags) + (args.w.nt * args.p.h_v + cta);
+    if (args.fix == 1) {  // fix-up launch: only the CTAs whose overlapped run aborted
+      if (*reinterpret_cast<const volatile int*>(abort_flag) == 0) return;
+    } else {
+      asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the local pass may start now
+    }
+    if (threadIdx.x < 2 + kSpNs) s_ovl[threadIdx.x] = 0;
+    __syncthreads();
+  }
   // kChain: K / Q panels interleaved [K p0 | Q p0 | K p1 | Q p1] (X and S Q^T as one N = 128 product per k16 step),
   // the V^T tile read under the X group, S / O scaling under the v group.
   constexpr uint32_t kPan = kChain ? 16384u : 8192u, kQo = kChain ? 8192u : kOQ;
@@ -969,6 +1022,28 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
       }
       int64_t pi = cbase + c;
       pi = pi < args.w.nt ? pi : args.w.nt - 1;  // only for cu_seqlens the offsets pass clamped
+      if constexpr (kOvl) {
+        if (args.fix != 1) {  // image (pi, hv) ready? thread 0 spins (bounded), the loaders agree through a barrier
+          const int* rf = reinterpret_cast<const int*>(args.w.flags) + (pi * HV + hv);
+          volatile int* verdict = s_ovl + (c & 1);  // thread 0 is at most one barrier ahead of the others
+          if (lt == 0) {
+            bool ok = args.fix == 0 && ld_acquire_gpu(rf) != 0;
+            if (!ok && args.fix == 0) {
+              const uint64_t ts = global_ns();
+              while (!(ok = ld_acquire_gpu(rf) != 0) && global_ns() - ts < kOvlSpinNs) __nanosleep(256);
+            }
+            *verdict = ok ? 0 : 1;
+            if (!ok) s_ovl[2 + st] = 1;
+          }
+          bar_sync(kOvlLd, 128);
+          if (*verdict != 0) {  // timed out: drain this stage's copies, release the consumers, stop
+            cp_async_wait_all();
+            bar_arrive(kSpFull + st, 256);
+            return;
+          }
+          (void)ld_acquire_gpu(rf);  // this thread's own acquire (sees 1: read-read coherence after thread 0)
+        }
+      }
       const unsigned char* src = reinterpret_cast<const unsigned char*>(args.w.img) + uint64_t(pi * HV + hv) * kStRest;
       for (int idx = lt; idx < int(kStRest / 16); idx += 128)
         cp_async16(sin + kInBytes + 16u * idx, src + 16 * idx, 16u);
@@ -1008,6 +1083,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     }
   unsigned char* so = asmem + kWgOO + sw * 2048;
   if constexpr (kProf) tp = clock64();
+  bool aborted = false;  // overlap: the loaders stopped (s_ovl[2 + stage])
   const long long tstart = tp;
   for (int64_t c = 0; c < nc; ++c) {
     const int st = int(c % kSpNs);
@@ -1031,6 +1107,12 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
 #pragma unroll
       for (int j = 0; j < 4; ++j) x[i][j] = o[i][j] = 0.f;
     bar_sync(kSpFull + st, 256);
+    if constexpr (kOvl) {
+      if (*reinterpret_cast<volatile int*>(s_ovl + 2 + st) != 0) {  // the loaders stopped here: no state store below
+        aborted = true;
+        break;
+      }
+    }
     fence_proxy_async_smem();  // the cp.async-written tiles -> the tensor cores' async proxy
     DK_MARK(0)
     // X^T = S^T K^T (S hi + lo), O^T = S_hi^T Q^T: B = K / Q rows (K-major, panel kb / 4, 32 bytes a k16 step).
@@ -1250,6 +1332,15 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     }
   }
 #undef DK_MARK
+  if constexpr (kOvl) {
+    if (aborted) {  // state untouched, the fix-up launch reruns this CTA
+      if (tid == 0) {
+        const int64_t cta = (int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z;
+        reinterpret_cast<int*>(args.w.flags)[args.w.nt * args.p.h_v + cta] = 1;
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
@@ -1272,8 +1363,96 @@ namespace {
 dk_status sm90a_image(int dev) { return dk::sm90a_image(dev) ? DK_OK : DK_ERR_NO_KERNEL_IMAGE; }
 
 template <int VAR>
+dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s);
+
+// Overlap of the local pass with the state kernel (variant bit 512, session 6; compiled, NOT yet run on a GPU).
+// Launch order on `s`: (1) cudaMemsetAsync of the flags (nt x H_v ready flags, then one abort flag per state CTA);
+// (2) the state kernel (grid (N, H_v, V / 64) = C CTAs, 1 per SM), whose CTAs execute griddepcontrol.launch_dependents
+// first thing; (3) the local pass as its programmatic dependent (cudaLaunchAttributeProgrammaticStreamSerialization),
+// a persistent 1-D grid of 3 x (SMs - C) CTAs walking (chunk id, key head) chunk-major, each CTA ending in
+// griddepcontrol.wait; (4) the state kernel again with fix = 1: only CTAs whose flag says "aborted" run (others exit).
+// Used only when C <= SMs - 16 and a cost model (session-6 H200 numbers of variant 209: the local pass ~4.0 SM-us
+// per (chunk id, value head), the state chain ~2.3 us per chunk) says max(local pass on the SMs - C free SMs, state
+// chain of the average sequence) + 5 us < local pass on all SMs + state chain; else the plain variant VAR - 512.
+// Variant bit 2048 skips the cost model (not the C <= SMs - 16 rule): a measurement of the model.
+// Memory ordering (image (pc, hv) written by local CTA L, read by state CTA S's loaders with cp.async.cg):
+//   L: every thread's st.global of the image -> __syncthreads() -> thread 0 st.release.gpu flag = 1. The barrier
+//      (CTA-scope synchronization) puts every thread's image stores before thread 0's release in causality order,
+//      and a release is cumulative: it orders all writes in causality order before it (the pattern of CUTLASS's
+//      generic barrier: __syncthreads, then one red.release.gpu); SASS: MEMBAR.ALL.GPU + STG.E.STRONG.GPU.
+//   S: loader thread 0 ld.acquire.gpu flag == 1 -> synchronizes-with L's release: L's image stores happen-before
+//      everything thread 0 does after; bar.sync(kOvlLd, 128) -> every loader thread then does its own ld.acquire.gpu
+//      of the flag, which must return 1 (the flag only goes 0 -> 1 within a call; a read after thread 0's read in
+//      causality order cannot see an older value: coherence), so each thread's own acquire orders its later
+//      cp.async.cg reads of the image after L's stores (cp.async.cg reads at L2, no stale L1 line). The flags are
+//      zeroed by (1), stream-ordered before (2) and hence before (3) ((3) starts after (2) started).
+// No hang: (2) has C <= SMs - 16 CTAs at 1 CTA / SM (215 KB shared memory), all resident at once; (3) starts only
+//   after every CTA of (2) executed launch_dependents, i.e. is resident. The state CTAs' shared memory leaves no room
+//   for a local CTA on their SMs, so (3) runs on the other SMs; its CTAs depend on nothing but the inputs until their
+//   final griddepcontrol.wait, which waits for (2) only. (2)'s loaders spin at most kOvlSpinNs (200 ms, %globaltimer)
+//   per image; on timeout the CTA stops without writing the state (the final store is after the chunk loop; output
+//   rows already written are recomputed identically) and sets its abort flag; (4), stream-ordered after (3) (whose
+//   completion implies (2)'s through griddepcontrol.wait), reruns exactly those CTAs without waiting on any flag.
+//   So every path terminates: if PDL is not honoured (compute-sanitizer serializing, an old driver: (3) starts only
+//   after (2) completed), every state CTA times out once (200 ms) and (4) computes the call (correct, slow); if other
+//   work holds SMs, (3) still progresses when it leaves; malformed cu_seqlens (clamped chunk ids whose flag never
+//   comes) time out into the same path.
+template <int VAR>
+dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
+  using namespace dk::gdr_fused;
+  const DkGdrPrefillFusedParams& p = a.p;
+  constexpr int LV = VAR & (67 | 512), SV = VAR & (434 | 512);
+  static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "overlap: wgmma + per-key-head");
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+      cudaSuccess)
+    return dk::launch_status();
+  const int64_t nstate = p.num_seqs * p.h_v * (p.v_dim / kBV);
+  if (nstate > int64_t(sms) - 16) return launch_split<(VAR & ~512)>(a, s);
+  if ((p.variant & 2048) == 0) {  // cost model, in ns (SM-ns for the local pass)
+    const double local_work = 4000.0 * double(a.w.nt) * double(p.h_v);
+    const double state = 2300.0 * double((p.num_tokens / (p.num_seqs > 0 ? p.num_seqs : 1) + 63) / 64);  // chunks
+    const double serial = local_work / sms + state;
+    const double free_sms = double(sms - nstate);
+    const double overlap = (local_work / free_sms > state ? local_work / free_sms : state) + 5000.0;
+    if (!(overlap < serial)) return launch_split<(VAR & ~512)>(a, s);
+  }
+  const size_t flag_bytes = size_t(a.w.nt * p.h_v + nstate) * sizeof(int);
+  if (cudaMemsetAsync(reinterpret_cast<void*>(a.w.flags), 0, flag_bytes, s) != cudaSuccess) return dk::launch_status();
+  if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
+          cudaSuccess)
+    return dk::launch_status();
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v), static_cast<unsigned>(p.v_dim / kBV));
+  SplitArgs run = a;  // run.fix: 0, or 2 (variant bit 1024: force the fix-up path)
+  split_wg_kernel<SV><<<grid, kThreads, kWgSmem, s>>>(run);
+  if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
+  const int64_t items = a.w.nt * p.h_k;
+  const int64_t lgrid = items < 3 * (int64_t(sms) - nstate) ? items : 3 * (int64_t(sms) - nstate);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(lgrid), 1, 1);
+  cfg.blockDim = dim3(128, 1, 1);
+  cfg.dynamicSmemBytes = kLpSmem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, split_local_kernel<LV>, run) != cudaSuccess) return dk::launch_status();
+  SplitArgs fix = a;
+  fix.fix = 1;
+  split_wg_kernel<SV><<<grid, kThreads, kWgSmem, s>>>(fix);
+  return dk::launch_status();
+}
+
+template <int VAR>
 dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
+  if constexpr ((VAR & 512) != 0) {
+    return launch_overlap<VAR>(a, s);
+  } else {
   const DkGdrPrefillFusedParams& p = a.p;
   constexpr int LV = VAR & 67, SV = VAR & 434;  // the bits each kernel reads (1, 2, 64 / 2, 16, 32, 128, 256)
   if ((VAR & 8) == 0 && a.w.nt > 0) {
@@ -1299,6 +1478,7 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
     split_state_kernel<SV><<<grid, kThreads, kSpSmem, s>>>(a);
   }
   return dk::launch_status();
+  }
 }
 }  // namespace
 
@@ -1308,7 +1488,8 @@ dk_status split_check(const DkGdrPrefillFusedParams* p) {
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0 || p->k_dim * p->v_dim * 2 < int64_t(kStRest))
     return DK_ERR_UNSUPPORTED;
-  if (p->variant < 0 || p->variant > 511) return DK_ERR_INVALID_ARGUMENT;
+  if (p->variant < 0 || p->variant > 4095 || (p->variant >= 1024 && (p->variant & 512) == 0))
+    return DK_ERR_INVALID_ARGUMENT;  // 1024 (force the overlap's fix-up path), 2048 (no cost model) only with 512
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -1334,9 +1515,10 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
       ws->nt > 0x7fffffffLL || (p->num_seqs > 0 && ws->nt < 1))
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs == 0) return DK_OK;
-  SplitArgs a{*p, *ws};
+  if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
+  SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0};
   auto* s = static_cast<cudaStream_t>(stream);
-  switch (p->variant) {
+  switch (p->variant & 1023) {
     case 0: return launch_split<0>(a, s);
     case 2: return launch_split<2>(a, s);
     case 4: return launch_split<4>(a, s);
@@ -1363,6 +1545,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
     case 210: return launch_split<210>(a, s);
     case 408: return launch_split<408>(a, s);
     case 465: return launch_split<465>(a, s);
+    case 721: return launch_split<721>(a, s);
     default: return DK_ERR_INVALID_ARGUMENT;  // the instantiated variants are the cases above
   }
 }

@@ -32,6 +32,8 @@ typedef struct DkGdrPrefillFusedParams {
 typedef struct DkGdrPrefillSplitWs {
   uint64_t coff, cseq, img;
   int64_t nt;
+  uint64_t flags; /* variant bit 512 only (else unused, may be 0): i32 [nt * H_v + N * H_v * V / 64], 4-aligned, zeroed
+                   * by the call itself (cudaMemsetAsync on the stream: graph-safe) */
 } DkGdrPrefillSplitWs;
 
 /** Every check dk_gdr_chunk_prefill_split_sm90 makes before it enqueues, without launching: DK_ERR_UNSUPPORTED off
@@ -50,7 +52,12 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * interleaved K / Q panels, the V^T tile read under the X group, O / S scaling under the v group), 256 = the state
  * kernel without its bf16 lo-part products (one bf16 product each: a measurement of the tensor work's share, BELOW the
  * contract's precision). Instantiated: 0, 2, 4, 5, 8, 16, 17, 18, 24, 48, 50, 56, 80-85, 144, 146, 152, 208-210, 408,
- * 465; others DK_ERR_INVALID_ARGUMENT. The library default is 209. */
+ * 465, 721 (= 209 + 512: overlap of the local pass with the state kernel -- state kernel first, the local pass as its
+ * programmatic dependent on the SMs it leaves free, per-(chunk, value head) ready flags in ws->flags, bounded spin
+ * with a fix-up launch; used when N H_v V / 64 <= SMs - 16 and a cost model expects a gain, else 209; compiled, not
+ * yet run on a GPU); + 1024 (1745): the same with every state CTA aborting at its first image, i.e. the fix-up launch
+ * computes the call (a test of the fallback); + 2048 (2769): without the cost model; others DK_ERR_INVALID_ARGUMENT.
+ * The library default is 209. */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

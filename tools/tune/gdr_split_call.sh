@@ -16,6 +16,10 @@
 #   4. alone: clock64 phase profiles at 27B TP1 for each run in $PROF_RUNS (split variants with bit 2)
 #   5. alone: the criterion bench (all shapes) for each run in $BENCH_RUNS
 #   6. $NCU_RUN ("label:prefill:variant:kernel-regex"): one ncu profile (launch 3 of that kernel, 27B TP1)
+# Defaults (session 6, round 2): the default (209) against the overlap variant 721 (= 209 + 512: local pass overlapped
+# with the state kernel where N H_v V / 64 <= SMs - 16 and its cost model expects a gain; 2769 = 721 + 2048 without the
+# cost model, so that the tests' small shapes take the overlap path; 3793 = 2769 + 1024 forces its fix-up path) in
+# tests, sanitizers and the bench; every run goes through `timeout` (a hang fails the run with rc=124).
 set -uo pipefail
 out="${OUT:-/tmp/split-call}"; mkdir -p "$out"
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 ))s; }
@@ -54,12 +58,12 @@ runenv() {  # prefill variant -> env assignments
   echo "${a[@]}"
 }
 pids=()
-for r in ${TEST_RUNS:-default:-:- split48:split:48}; do
+for r in ${TEST_RUNS:-default:-:- ovl2769:split:2769 ovlfix3793:split:3793}; do
   IFS=: read -r label pipe var <<<"$r"
   (env $(runenv "$pipe" "$var") timeout "${TEST_TIMEOUT:-150}" "$bin" --test-threads 4 --nocapture >"/tmp/t_$label.log" 2>&1
    echo "rc=$?" >>"/tmp/t_$label.log") & pids+=($!)
 done
-for r in ${SAN_RUNS:-memcheck:default:-:- memcheck:split48:split:48 racecheck:default:-:-}; do
+for r in ${SAN_RUNS:-memcheck:default:-:- memcheck:ovl2769:split:2769 racecheck:ovl2769:split:2769 synccheck:ovl2769:split:2769 memcheck:ovlfix3793:split:3793 synccheck:ovlfix3793:split:3793}; do
   IFS=: read -r tool label pipe var <<<"$r"
   filt="gates_at_the_edge varlen_initial_states"; [ "$tool" = racecheck ] && filt=varlen_initial_states
   (env $(runenv "$pipe" "$var") DELTAKIT_SANITIZE=1 timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool "$tool" \
@@ -89,13 +93,13 @@ for pipe in ${PROBE_PIPES-}; do
     /tmp/bench_gdr_cp --bench 27b_tp1 --warm-up-time 0.05 --measurement-time 0.05 >"/tmp/ncu_$pipe.log" 2>&1
   echo "kernels under $pipe: $(grep -E 'x\([0-9]+, [0-9]+, [0-9]+\), Context' "/tmp/ncu_$pipe.log" | sed -E 's/^ +//; s/ \(.*//; s/^void //' | cut -c1-48 | sort -u | tr '\n' ' ')" >>"$out/summary.txt"
 done
-for r in ${PROF_RUNS:-wg50:split:50}; do
+for r in ${PROF_RUNS-}; do
   IFS=: read -r label pipe var <<<"$r"
   echo "=== prof $label" >>"$out/prof.log"
   env $(runenv "$pipe" "$var") timeout 40 /tmp/bench_gdr_cp --bench 27b_tp1 --warm-up-time 0.3 --measurement-time 0.5 2>&1 | grep -E "prof|time:" >>"$out/prof.log"
 done
 ba=${BENCH_ARGS:---warm-up-time 0.3 --measurement-time 1.0}
-for r in ${BENCH_RUNS:-default:-:- triton:wsplit_splitz:- split48:split:48 split56:split:56 local4:split:4}; do
+for r in ${BENCH_RUNS:-default:-:- ovl721:split:721 ovl2769:split:2769 ovlfix3793:split:3793 state152:split:152}; do
   IFS=: read -r label pipe var <<<"$r"
   echo "=== $label" >>"$out/bench.log"
   env $(runenv "$pipe" "$var") timeout 90 /tmp/bench_gdr_cp --bench $ba >>"$out/bench.log" 2>&1; echo "rc=$?" >>"$out/bench.log"

@@ -126,6 +126,9 @@ struct Layout {
     w: usize,
     u: usize,
     h: usize,
+    /// i32 flags of the split pipeline's overlap variant (bit 512): `nt * H_v` image-ready flags,
+    /// then one abort flag per state CTA (`N * H_v * ceil(V / 64)`); zeroed by the call itself.
+    flags: usize,
     total: usize,
 }
 
@@ -146,7 +149,9 @@ fn layout(dims: GdrDims, total_tokens: usize, num_seqs: usize) -> Option<Layout>
     let w = region(th.checked_mul(dims.k)?.checked_mul(4))?;
     let u = region(th.checked_mul(dims.v)?.checked_mul(4))?;
     let h = region(nt.checked_mul(dims.state_per_slot())?.checked_mul(2))?;
-    Some(Layout { nt, coff, cseq, gcum, beta, a, w, u, h, total: at })
+    let state_ctas = num_seqs.checked_mul(dims.h_v)?.checked_mul(dims.v.div_ceil(64))?;
+    let flags = region(nt.checked_mul(dims.h_v)?.checked_add(state_ctas)?.checked_mul(4))?;
+    Some(Layout { nt, coff, cseq, gcum, beta, a, w, u, h, flags, total: at })
 }
 
 /// Workspace bytes [`chunk_prefill`] needs for `total_tokens` packed tokens in `num_seqs`
@@ -358,8 +363,13 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// two chunks in flight, 1 = MUFU exp for the local pass's decay factors, 64 = the local pass per
 /// (chunk, key head) over that key head's value heads, 128 = the wgmma state kernel's shorter
 /// chain (one N = 128 product for X and S Q^T), 256 = no bf16 lo-part products in the state
-/// kernel (below the contract's precision: measurement only); 5, 17, 18, 24, 48, 50, 56, 80-85,
-/// 144, 146, 152, 208-210, 408, 465 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
+/// kernel (below the contract's precision: measurement only), 512 = the local pass overlapped
+/// with the state kernel (state kernel first, the local pass as its programmatic dependent on the
+/// free SMs, per-(chunk, value head) ready flags, bounded spin + fix-up launch; only where
+/// `N * H_v * V / 64 <= SMs - 16` and a cost model expects a gain, else as without 512; not yet
+/// run on a GPU), 1024 (with 512) = force the overlap's fix-up path, 2048 (with 512) = skip the
+/// cost model; 5, 17, 18, 24, 48, 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745,
+/// 2769, 3793 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
@@ -457,13 +467,15 @@ struct PrefillFusedParams {
 }
 
 /// `DkGdrPrefillSplitWs` of `csrc/gdr/chunk_prefill_fused_sm90.h`: the split pipeline's workspace
-/// regions (chunk offsets, chunk map, stage images) and the chunk capacity.
+/// regions (chunk offsets, chunk map, stage images), the chunk capacity and the overlap variant's
+/// flags (i32 `[nt * H_v + N * H_v * V / 64]`, zeroed by the call).
 #[repr(C)]
 struct PrefillSplitWs {
     coff: u64,
     cseq: u64,
     img: u64,
     nt: i64,
+    flags: u64,
 }
 
 extern "C" {
@@ -874,7 +886,7 @@ pub fn chunk_prefill(
                 check(OP, st)?;
                 // The stage images live in the per-chunk-state region h (lay.nt x H_v x K x V
                 // bf16 >= 26,880 bytes per chunk and head for K = 128, V >= 128: checked above).
-                let sws = PrefillSplitWs { coff, cseq, img: h, nt: nt64 };
+                let sws = PrefillSplitWs { coff, cseq, img: h, nt: nt64, flags: ws(lay.flags) };
                 // SAFETY: as for the launches below (pointers live in the stream's context,
                 // lengths, strides and the workspace layout checked above); the local pass bounds
                 // chunk ids by nt and the state kernel clamps image indices to nt - 1.
