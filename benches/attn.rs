@@ -160,11 +160,12 @@ fn quick_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> f64 {
 }
 
 /// Bench names of the sm_90a prefill tile variants (`PrefillKernel::Sm90Variant`).
-const VARIANT_NAMES: [&str; 30] = [
+const VARIANT_NAMES: [&str; 36] = [
     "sm90v0", "sm90v1", "sm90v2", "sm90v3", "sm90v4", "sm90v5", "sm90v6", "sm90v7", "sm90v8",
     "sm90v9", "sm90v10", "sm90v11", "sm90v12", "sm90v13", "sm90v14", "sm90v15", "sm90v16",
     "sm90v17", "sm90v18", "sm90v19", "sm90v20", "sm90v21", "sm90v22", "sm90v23", "sm90v24",
-    "sm90v25", "sm90v26", "sm90v27", "sm90v28", "sm90v29",
+    "sm90v25", "sm90v26", "sm90v27", "sm90v28", "sm90v29", "sm90v30", "sm90v31", "sm90v32",
+    "sm90v33", "sm90v34", "sm90v35",
 ];
 
 fn emit(group: &str, id: &str, kernel: &str, secs: f64, work: f64, unit: &str) {
@@ -226,7 +227,7 @@ fn quick() {
             let list =
                 std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "25,19".into());
             for v in list.split(',').filter_map(|v| v.trim().parse::<u8>().ok()) {
-                kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 30]));
+                kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 36]));
             }
         }
         // Triton at 27B TP1 up to 8k (its 32k run alone would take seconds).
@@ -258,7 +259,8 @@ fn quick() {
             emit("attn_prefill", id, kname, secs, *flops, "TFLOP/s");
         }
         // DELTAKIT_BENCH_TIMELINE=<dir>: one recorded launch of each timeline variant (26 = 25,
-        // 29 = 28; 27 = 19 measured in session 6; after 3 warm-up calls) per shape named in DELTAKIT_BENCH_TIMELINE_SHAPES
+        // 33 = 32, 35 = 34; 27 = 19 and 29 = 28 measured in session 6; after 3 warm-up calls)
+        // per shape named in DELTAKIT_BENCH_TIMELINE_SHAPES
         // (comma list of ids; default the varlen and 27B TP1 2k / 8k rows), its per-block
         // records written to <dir>/tl_<id>_v<variant>.txt (tools/dev_attn_check.py timeline).
         if let Ok(dir) = std::env::var("DELTAKIT_BENCH_TIMELINE") {
@@ -266,7 +268,10 @@ fn quick() {
                 .unwrap_or_else(|_| "27b_tp1/varlen8x2048,27b_tp1/2048,27b_tp1/8192".into());
             if shapes.split(',').any(|x| x == id) {
                 let blocks = n * (len * (hq / hkv)).div_ceil(128) * hkv;
-                for v in [26u8, 29] {
+                // DELTAKIT_BENCH_TIMELINE_VARIANTS=<comma list> replaces 26,33,35.
+                let tl_list = std::env::var("DELTAKIT_BENCH_TIMELINE_VARIANTS")
+                    .unwrap_or_else(|_| "26,33,35".into());
+                for v in tl_list.split(',').filter_map(|v| v.trim().parse::<u8>().ok()) {
                     let mut run = || {
                         attn::prefill_with(
                             PrefillKernel::Sm90Variant(v),

@@ -374,7 +374,7 @@ fn check_prefill_case(
     // Every hd-256 tile variant of the sm90 kernel (at hd 64 / 128 they run the one config).
     let mut kernels = vec![PrefillKernel::Auto, PrefillKernel::Sm90PingPong, PrefillKernel::Triton];
     if hd == 256 {
-        kernels.extend((0..=29).map(PrefillKernel::Sm90Variant));
+        kernels.extend((0..=35).map(PrefillKernel::Sm90Variant));
     }
     // DELTAKIT_TEST_PREFILL_VARIANTS=7,10,11: the default kernel and these tile variants only
     // (the sanitizer runs of new variants).
@@ -909,7 +909,7 @@ fn attention_rejects_bad_metadata() {
     b.cu[1] = 4;
     let d = b.upload(&s);
     let e = attn::prefill_with(
-        PrefillKernel::Sm90Variant(30),
+        PrefillKernel::Sm90Variant(36),
         &s,
         &q,
         &kc,

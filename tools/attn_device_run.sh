@@ -15,8 +15,9 @@
 #                                        # leaves a variant that hangs or fails out of every
 #                                        # later step (tests, sanitizers, bench)
 # DELTAKIT_BENCH_PART=decode (or prefill) runs half of the bench sweep.
-# ATTN_TIMELINE=1 (bench step): the timeline variants' per-block records (prefill 26 / 27, decode
-# 12; benches/attn.rs DELTAKIT_BENCH_TIMELINE) summarized into $OUT/timeline.txt, raw in tl.tgz.
+# ATTN_TIMELINE=1 (bench step): the timeline variants' per-block records (prefill 26 / 33 / 35 unless
+# DELTAKIT_BENCH_TIMELINE_VARIANTS says otherwise, 12 fields with the Q-path stamps; decode 12;
+# benches/attn.rs DELTAKIT_BENCH_TIMELINE) summarized into $OUT/timeline.txt, raw in tl.tgz.
 # ATTN_NCU_FILTER (ncu step, default 27b_tp1/8192) picks the prefill shape profiled;
 # ATTN_NCU_DECODE_FILTER / ATTN_NCU_DECODE / ATTN_NCU_COUNT / ATTN_NCU_DECODE_SET the ncudec run.
 # Order: tests, bench (+ SDPA anchors), sanitize, ncu. DELTAKIT_BENCH_FILTER=/ keeps every prefill
@@ -54,7 +55,7 @@ export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda-13.0/bin"
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 # Prefill tile variants under test this session (SAN_PREFILL_VARIANTS: the sanitizer list).
-NEW_VARIANTS="${NEW_VARIANTS:-28,29}"
+NEW_VARIANTS="${NEW_VARIANTS:-30,31,32,33,34,35}"
 if [[ " $steps " == *" triage "* ]]; then
   # The small prefill cases of every new variant together (~2 s); on a hang or failure, each
   # variant alone, and only the passing ones stay in the tests, sanitizers and bench.
@@ -72,6 +73,11 @@ if [[ " $steps " == *" triage "* ]]; then
     NEW_VARIANTS="$good"
     export DELTAKIT_TEST_PREFILL_VARIANTS="25${good:+,$good}"
     export DELTAKIT_BENCH_PREFILL_VARIANTS="25${good:+,$good}"
+    # The bench's timeline records run 26, 33 and 35 (DELTAKIT_BENCH_TIMELINE_VARIANTS): only
+    # those that passed.
+    tlv=26
+    for v in 33 35; do [[ ",$good," == *",$v,"* ]] && tlv="$tlv,$v"; done
+    export DELTAKIT_BENCH_TIMELINE_VARIANTS="$tlv"
   else
     summary+=("triage: new variants $NEW_VARIANTS small cases rc=0")
   fi

@@ -63,13 +63,16 @@ def ncu_src(path, top=45):
 
 
 def timeline(path):
-    """Per-block phase summary of one timeline file (8 integers per line, see attn.h)."""
+    """Per-block phase summary of one timeline file (8 or 12 integers per line, see attn.h)."""
     recs = []
     for line in open(path):
         f = [int(x) for x in line.split()]
-        if len(f) == 8 and f[1] and all(f[1:7]):
-            recs.append(dict(sm=f[0] & 0xFFFFFFFF, n=f[0] >> 32, entry=f[1], q=f[2], qk0=f[3],
-                             pv=f[4], end0=f[5], end1=f[6], prod=f[7]))
+        if len(f) in (8, 12) and f[1] and all(f[1:7]):
+            r = dict(sm=f[0] & 0xFFFFFFFF, n=f[0] >> 32, entry=f[1], q=f[2], qk0=f[3],
+                     pv=f[4], end0=f[5], end1=f[6], prod=f[7])
+            if len(f) == 12 and all(f[8:12]):
+                r.update(seq=f[8], sync=f[9], qiss=f[10], k0=f[11])
+            recs.append(r)
     if not recs:
         print(f"timeline {path}: no complete records")
         return
@@ -93,6 +96,15 @@ def timeline(path):
         loop=[r["pv"] - r["qk0"] for r in recs],
         epilogue=[max(r["end0"], r["end1"]) - r["pv"] for r in recs],
     )
+    qp = [r for r in recs if "seq" in r]
+    if qp:
+        # The Q path (12-field records): entry -> bounds loaded -> barriers ready -> Q issued ->
+        # Q landed (field 2), and K tile 0's issue.
+        ph["q:entry->bounds"] = [r["seq"] - r["entry"] for r in qp]
+        ph["q:->sync"] = [r["sync"] - r["seq"] for r in qp]
+        ph["q:->issued"] = [r["qiss"] - r["sync"] for r in qp]
+        ph["q:->landed"] = [r["q"] - r["qiss"] for r in qp]
+        ph["k0:sync->issued"] = [r["k0"] - r["sync"] for r in qp]
     tiles = sum(r["n"] for r in recs)
     per_tile = sum(ph["loop"]) / max(1, sum(max(1, r["n"] - 1) for r in recs)) / 1e3
     busy = sum(max(r["end0"], r["end1"]) - r["entry"] for r in recs) / 1e3
@@ -103,7 +115,7 @@ def timeline(path):
           f"mean {sum(gaps) / max(1, len(gaps)):.0f} ns), start skew max {max(firsts):.0f} ns")
     for k, v in ph.items():
         v = sorted(v)
-        print(f"  {k:9s} mean {sum(v) / len(v) / 1e3:7.2f} us  p50 {v[len(v) // 2] / 1e3:7.2f}  "
+        print(f"  {k:15s} mean {sum(v) / len(v) / 1e3:7.2f} us  p50 {v[len(v) // 2] / 1e3:7.2f}  "
               f"p90 {v[int(len(v) * 0.9)] / 1e3:7.2f}  share of SM time "
               f"{sum(v) / 1e3 / (nsm * span):.1%}")
     print(f"  loop per tile after the first: {per_tile:.3f} us (2.04 us = 128 x 80 x 256 x 2 GEMMs "

@@ -112,8 +112,8 @@ constexpr int kBM = 128;
 //      OVERLAP of a block's direct output with the next block's first QK^T; on an H200 still
 //      55-75 R2UR per tile, 176-192 B spills, varlen 8 x 2048 at 0.88x / 0.62x variant 19.)
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-// Dispatched: 0-29.
-constexpr int kVariants = 30;
+// Dispatched: 0-35.
+constexpr int kVariants = 36;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -148,9 +148,27 @@ struct Cfg<256, VAR> {
   // launched gridDim-resident blocks later (launch index + SM count: roughly the block that starts
   // when this one ends), and the output rows are addressed by stepping (no division per row).
   // 29 = 28 + TL (measurement).
-  static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29;
-  static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29;
+  // 30-33 (session 6, round 2; opt-in, not yet run on a GPU): 30 = 25 + STEP -- the stepped
+  // output row addresses of 28 without its prefetch. 31 = 30 + EARLY -- ctx_lens[seq] is loaded
+  // together with the cu_seqlens pair (not after the block-exists test: one dependent global
+  // load less before anything else), and the K pair's first warp loads the page-table entries
+  // of K tile 0 at entry (before the barrier init), so K tile 0's TMA needs no table load after
+  // the __syncthreads. 32 = 31 + Q4 -- Q loaded by all four producer warps, 32 rows each (the
+  // V pair's warps first, the K pair's after issuing K tile 0; 64 arrivals per Q barrier).
+  // 33 = 32 + TL (measurement; every TL variant records the Q-path stamps, fields 8-11).
+  // 34 = 31 + OST -- each consumer warpgroup's staged O rows leave by TMA tensor stores (one
+  // thread issues 4 column blocks x at most 2 boxes over out viewed as (HD, G, HKV, T), box
+  // 64 x G x 1 x 64/G; the second box starts one token later at head hh0 - G so that its
+  // in-bounds lines are the rows of heads below the first row's head hh0), the rows past
+  // (64 / G) * G and warpgroups with rows past the sequence by the threads' stores as 30.
+  // 35 = 34 + TL (measurement).
+  static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || VAR >= 30;
+  static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35;
   static constexpr bool PF = VAR == 28 || VAR == 29;
+  static constexpr bool STEP = PF || VAR >= 30;
+  static constexpr bool EARLY = VAR >= 31;
+  static constexpr bool Q4 = VAR == 32 || VAR == 33;
+  static constexpr bool OST = VAR == 34 || VAR == 35;
   // The same tiles in the kv-head-major order (LPT grids above 2^31 blocks; 10-13, 16 -> 7).
   static constexpr int NO_LPT = VAR == 14                ? 17
                                 : VAR == 15              ? 18
@@ -179,6 +197,10 @@ struct Cfg<128, VAR> {
   static constexpr bool QV = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
+  static constexpr bool STEP = false;
+  static constexpr bool EARLY = false;
+  static constexpr bool Q4 = false;
+  static constexpr bool OST = false;
   static constexpr int NO_LPT = VAR;
 };
 template <int VAR>
@@ -201,6 +223,10 @@ struct Cfg<64, VAR> {
   static constexpr bool QV = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
+  static constexpr bool STEP = false;
+  static constexpr bool EARLY = false;
+  static constexpr bool Q4 = false;
+  static constexpr bool OST = false;
   static constexpr int NO_LPT = VAR;
 };
 
@@ -233,6 +259,9 @@ struct Args {
   uint32_t total_blocks;
   // PF variants (28): how many launch indices ahead the Q prefetch looks (the SM count).
   uint32_t pf_ahead;
+  // OST variants (34, 35): descriptor of `out` as bf16 (HD, G, HKV, T) (dims innermost first),
+  // box 64 x G x 1 x 64/G, 128B swizzle. Unused otherwise.
+  CUtensorMap tmap_o;
 };
 
 #ifdef DK_ATTN_SM90A
@@ -284,6 +313,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
       "[%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// TMA tensor store of one box from shared memory (bulk async-group; wait with bulk_wait_read).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5}], [%1];\n" ::
+          "l"(reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() {
@@ -392,13 +431,16 @@ __device__ __forceinline__ void load_tile(uint32_t tile, int t, const void* vali
 }
 #endif  // DK_ATTN_SM90A
 
-// TL variants (26, 27, 29): per-block timeline, kTlFields words per block at its linear launch index
-// (blocks >= kTlBlocks are not recorded): 0 = SM id | n_tiles << 32, 1 = entry, 2 = consumer
-// warpgroup 0 has its Q rows, 3 = its first QK^T done, 4 = its last PV done, 5 = its output
-// stored, 6 = warpgroup 1's output stored, 7 = the producer's thread 0 done issuing (%globaltimer
-// ns). Read and cleared by dk_attn_prefill_sm90_timeline.
+// TL variants (26, 27, 29, 33, 35): per-block timeline, kTlFields words per block at its linear
+// launch index (blocks >= kTlBlocks are not recorded): 0 = SM id | n_tiles << 32, 1 = entry,
+// 2 = consumer warpgroup 0 has its Q rows, 3 = its first QK^T done, 4 = its last PV done, 5 = its
+// output stored, 6 = warpgroup 1's output stored, 7 = the producer's thread 0 done issuing; the
+// Q path (session 6, round 2): 8 = thread 0 has cu_seqlens and ctx_lens (before the barrier init),
+// 9 = thread 0 past the __syncthreads after the barrier init, 10 = the warp loading warpgroup 0's
+// first Q rows done issuing them, 11 = K tile 0 issued (%globaltimer ns). Read and cleared by
+// dk_attn_prefill_sm90_timeline.
 constexpr int kTlBlocks = 16384;
-constexpr int kTlFields = 8;
+constexpr int kTlFields = 12;
 __device__ unsigned long long g_prefill_tl[kTlBlocks * kTlFields];
 #ifdef DK_ATTN_SM90A
 __device__ __forceinline__ unsigned long long gtimer() {
@@ -443,6 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   };
   const DkAttnPrefillSm90Params& p = a.p;
   const int G = a.group;
+  const int tid = threadIdx.x;
   int64_t seq, mb, kvh;
   if constexpr (Cfg<HD, VAR>::LPT) {
     // Launch order (x fastest) -> row block (heaviest first), sequence, kv head (fastest).
@@ -459,13 +502,27 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   }
   const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
   const int64_t T = p.num_tokens;
+  constexpr bool EARLY = Cfg<HD, VAR>::EARLY;
+  // EARLY: ctx_lens[seq] (seq < num_seqs for every block) next to the cu_seqlens pair, and the
+  // page-table entries of K tile 0's 16-position groups (lane < BN / 16 of warp 0, entries
+  // inside the sequence's table row only) -- three independent loads in flight together.
+  int ctx_early = 0;
+  int page0_early = -1;
+  if constexpr (EARLY) {
+    ctx_early = __ldg(reinterpret_cast<const int*>(p.ctx_lens) + seq);
+    if (tid < BN / 16) {
+      const int pg = (16 * tid) / int(p.page_size);
+      if (pg < p.max_pages) {
+        page0_early = __ldg(reinterpret_cast<const int*>(p.page_table) + seq * p.max_pages + pg);
+      }
+    }
+  }
   const int64_t bos = min(max(int64_t(cu[seq]), int64_t(0)), T);
   const int64_t eos = min(max(int64_t(cu[seq + 1]), bos), T);
   const int64_t rows_total = (eos - bos) * G;
   const int64_t m0 = mb * kBM;
   if (m0 >= rows_total) return;
-  const int ctx = reinterpret_cast<const int*>(p.ctx_lens)[seq];
-  const int tid = threadIdx.x;
+  const int ctx = EARLY ? ctx_early : reinterpret_cast<const int*>(p.ctx_lens)[seq];
   const int64_t HQ = p.n_q_heads;
   const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(p.q);
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
@@ -491,6 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (TL && tid == 0) {
     tl_put(0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
     tl_put(1, t_entry);
+    tl_put(8, gtimer());
   }
 
   extern __shared__ uint8_t smem_raw[];
@@ -508,8 +566,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   auto empty_k = [&](int s) { return bars + 8u * uint32_t(1 + 2 * ST + s); };
   auto empty_v = [&](int s) { return bars + 8u * uint32_t(1 + 3 * ST + s); };
   if (tid == 0) {
-    mbar_init(barQ, QV ? 32 : 128);
-    if (QV) mbar_init(barQ1, 32);
+    // QV: one warp per Q barrier (Q4: two, 32 rows each).
+    mbar_init(barQ, QV ? (Cfg<HD, VAR>::Q4 ? 64 : 32) : 128);
+    if (QV) mbar_init(barQ1, Cfg<HD, VAR>::Q4 ? 64 : 32);
     for (int s = 0; s < ST; ++s) {
       // SPLIT: the two warps of a K (V) pair arrive on the K (V) barriers.
       mbar_init(full_k(s), SPLIT ? 64 : 128);
@@ -520,6 +579,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (TL && tid == 0) tl_put(9, gtimer());
 
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
@@ -637,7 +697,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       auto crow_of = [&](int j) -> int {  // cache row of group `lane` of a full tile j
         if (!TMA || lane >= BN / 16 || (j + 1) * BN > kv_end) return 0;
         const int pos = j * BN + 16 * lane;
-        const int page = __ldg(table + pos / ps);
+        // EARLY: warp 0's entries of tile 0 were loaded at entry.
+        const int page =
+            (Cfg<HD, VAR>::EARLY && j == 0 && warp == 0) ? page0_early : __ldg(table + pos / ps);
         return (page >= 0 && page < num_pages)
                    ? page * ps + pos % ps
                    : int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));  // zeros
@@ -645,35 +707,40 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       constexpr bool tma_ok = TMA;
       // TMA: only a partial last tile takes the cp.async path; its offsets are looked up on
       // the spot (no offsets carried through the loop: the producer has 56 registers).
+      // QV: Q by the V pair before its first V tile (needed only after the first QK^T and
+      // softmax): warp 2 the 64 rows of consumer warpgroup 0, warp 3 those of warpgroup 1 (Q4:
+      // their first 32 rows; the K pair's warps 0 / 1 the other 32 after issuing K tile 0),
+      // lane = 16-byte chunk; row addresses stepped (one division per warp), rows past the
+      // sequence zero-filled. The K pair meanwhile issues K tile 0.
+      constexpr int QROWS = Cfg<HD, VAR>::Q4 ? 32 : 64;
+      auto load_q = [&](int r0) {
+        const int64_t v0 = m0 + r0;
+        const int64_t tok0 = v0 / G;
+        int hh = int(v0 - tok0 * G);
+        const __nv_bfloat16* rowp = q + ((bos + tok0) * HQ + kvh * G + hh) * HD + lane * 8;
+        const int64_t jump = (HQ - G + 1) * HD;  // head G-1 of a token -> head 0 of the next
+        const int64_t valid_rows = rows_total - v0;
+        const uint32_t cbq = sQ + uint32_t(lane / 8) * uint32_t(kBM * 128);
+        const uint32_t cwq = uint32_t(lane % 8);
+#pragma unroll 4
+        for (int i = 0; i < QROWS; ++i) {
+          const int r = r0 + i;
+          const bool ok = i < valid_rows;
+          cp_async_16(cbq + uint32_t(r) * 128u + ((cwq ^ uint32_t(r & 7)) << 4),
+                      ok ? static_cast<const void*>(rowp) : q, ok ? 16u : 0u);
+          if (++hh == G) {
+            hh = 0;
+            rowp += jump;
+          } else {
+            rowp += HD;
+          }
+        }
+        cp_async_arrive(wig == 0 ? barQ : barQ1);
+      };
       if constexpr (QV) {
         if (kv == 1) {
-          // Q by the V pair before its first V tile (needed only after the first QK^T and
-          // softmax): warp 2 the 64 rows of consumer warpgroup 0, warp 3 those of warpgroup 1,
-          // lane = 16-byte chunk; row addresses stepped (one division per warp), rows past the
-          // sequence zero-filled. The K pair meanwhile issues K tile 0.
-          const int r0 = wig * 64;
-          const int64_t v0 = m0 + r0;
-          const int64_t tok0 = v0 / G;
-          int hh = int(v0 - tok0 * G);
-          const __nv_bfloat16* rowp = q + ((bos + tok0) * HQ + kvh * G + hh) * HD + lane * 8;
-          const int64_t jump = (HQ - G + 1) * HD;  // head G-1 of a token -> head 0 of the next
-          const int64_t valid_rows = rows_total - v0;
-          const uint32_t cbq = sQ + uint32_t(lane / 8) * uint32_t(kBM * 128);
-          const uint32_t cwq = uint32_t(lane % 8);
-#pragma unroll 4
-          for (int i = 0; i < 64; ++i) {
-            const int r = r0 + i;
-            const bool ok = i < valid_rows;
-            cp_async_16(cbq + uint32_t(r) * 128u + ((cwq ^ uint32_t(r & 7)) << 4),
-                        ok ? static_cast<const void*>(rowp) : q, ok ? 16u : 0u);
-            if (++hh == G) {
-              hh = 0;
-              rowp += jump;
-            } else {
-              rowp += HD;
-            }
-          }
-          cp_async_arrive(wig == 0 ? barQ : barQ1);
+          load_q(wig * 64);
+          if (TL && wig == 0 && lane == 0) tl_put(10, gtimer());
         }
       }
       int64_t oa = -1, ob = -1;
@@ -736,6 +803,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
                         o >= 0 ? 16u : 0u);
           }
           cp_async_arrive(fb);
+        }
+        if (j == 0 && kv == 0) {
+          if (TL && wig == 0 && lane == 0) tl_put(11, gtimer());
+          if constexpr (Cfg<HD, VAR>::Q4) load_q(wig * 64 + QROWS);
         }
         if constexpr (Cfg<HD, VAR>::PF) {
           // After this warp's arrivals on the first tiles (its loads are off the K pipeline's
@@ -1102,6 +1173,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1),
                    "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)));
     }
+    constexpr bool OST = Cfg<HD, VAR>::OST;
+    // OST: the staged rows are read by the async proxy (TMA store) after the barrier.
+    if constexpr (OST) fence_proxy_async();
     if (w == 0) {
       asm volatile("bar.sync 3, 128;\n" ::: "memory");
     } else {
@@ -1109,19 +1183,38 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
     const int t = ct % 128;
     const int c = t % 32;  // 16-byte chunk of the row
+    // OST: rows [0, lines) of this warpgroup leave by TMA stores issued by its thread 0 (only
+    // when all 64 rows lie in the sequence: the tensor map's token bound is T, not eos).
+    int lines = 0;
+    if constexpr (OST) {
+      const int64_t v0 = m0 + w * 64;
+      if (v0 + 64 <= rows_total) lines = (64 / G) * G;
+      if (lines > 0 && t == 0) {
+        const int64_t tok = v0 / G;
+        const int hh0 = int(v0 - tok * G);
+        const int ta = int(bos + tok);
+#pragma unroll
+        for (int cb = 0; cb < HD / 64; ++cb) {
+          const uint32_t src = wq + uint32_t(cb) * uint32_t(kBM * 128);
+          tma_store_4d(&a.tmap_o, src, cb * 64, hh0, int(kvh), ta);
+          if (hh0 > 0) tma_store_4d(&a.tmap_o, src, cb * 64, hh0 - G, int(kvh), ta + 1);
+        }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
+    }
     // QV: token and head of this thread's first output row m0 + w * 64 + t / 32.
     int64_t tb = 0;
     int hb = 0;
-    // PF: rows 4 apart -> the token advances by q4 and the head by r4 (with a carry).
-    const int q4 = Cfg<HD, VAR>::PF ? 4 / G : 0;
-    const int r4 = Cfg<HD, VAR>::PF ? 4 - q4 * G : 0;
+    // STEP: rows 4 apart -> the token advances by q4 and the head by r4 (with a carry).
+    const int q4 = Cfg<HD, VAR>::STEP ? 4 / G : 0;
+    const int r4 = Cfg<HD, VAR>::STEP ? 4 - q4 * G : 0;
     if constexpr (QV) {
-      const int64_t vb = m0 + w * 64 + t / 32;
+      const int64_t vb = m0 + w * 64 + lines + t / 32;
       tb = vb / G;
       hb = int(vb - tb * G);
     }
 #pragma unroll 4
-    for (int rr = t / 32; rr < 64; rr += 4) {
+    for (int rr = lines + t / 32; rr < 64; rr += 4) {
       const int64_t vr = vr0 - r_lo + w * 64 + rr;  // = m0 + w * 64 + rr (vr0 is live anyway)
       const uint32_t src = wq + uint32_t(c / 8) * uint32_t(kBM * 128) + uint32_t(rr) * 128u +
                            ((uint32_t(c % 8) ^ uint32_t(rr & 7)) << 4);
@@ -1130,7 +1223,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "r"(src)
                    : "memory");
-      if constexpr (Cfg<HD, VAR>::PF) {
+      if constexpr (Cfg<HD, VAR>::STEP) {
         const int64_t off = ((bos + tb) * HQ + kvh * G + hb) * HD;
         if (vr < rows_total) *reinterpret_cast<uint4*>(out + off + c * 8) = v;
         tb += q4;
@@ -1148,6 +1241,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       } else {
         if (vr < rows_total) *reinterpret_cast<uint4*>(out + row_off(vr) + c * 8) = v;
       }
+    }
+    if constexpr (OST) {
+      // The staged rows must stay until the TMA has read them (the CTA's exit frees them).
+      if (lines > 0 && t == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     }
     if (TL && (ct == 0 || ct == 128)) tl_put(ct == 0 ? 5 : 6, gtimer());
     return;
@@ -1756,6 +1853,23 @@ inline bool encode_cache_map(CUtensorMap* m, uint64_t cache, int64_t hd, int64_t
            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// TMA descriptor of `out` for the OST variants: bf16 [T][HQ][HD] viewed innermost-first as
+// (hd, g, hkv, t) (the q heads of kv head h are h * g .. h * g + g - 1), box 64 dims x g heads x
+// 1 x 64 / g tokens, 128B swizzle (the staged output layout: one column block of 64 rows).
+inline bool encode_out_map(CUtensorMap* m, uint64_t out, int64_t hd, int64_t g, int64_t hkv,
+                           int64_t t) {
+  const EncodeTiledFn f = encode_tiled();
+  if (f == nullptr || g <= 0 || g > 64 || t <= 0 || t > 0x7fffffffLL) return false;
+  const cuuint64_t dims[4] = {cuuint64_t(hd), cuuint64_t(g), cuuint64_t(hkv), cuuint64_t(t)};
+  const cuuint64_t strides[3] = {cuuint64_t(hd * 2), cuuint64_t(g * hd * 2),
+                                 cuuint64_t(hkv * g * hd * 2)};
+  const cuuint32_t box[4] = {64, cuuint32_t(g), 1, cuuint32_t(64 / g)};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, reinterpret_cast<void*>(out), dims, strides,
+           box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+           CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // Multiprocessor count of `dev`, cached (0 if unknown).
 inline int sm_count(int dev) {
   static std::atomic<int> cache[64];
@@ -1793,6 +1907,12 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
       // 9 -> 7, split TMA variants -> 12 / 13 (the split cp.async producer, same schedule).
       constexpr int FB = VAR == 9 ? 7 : (Cfg<HD, VAR>::PP ? 12 : 13);
       return launch<HD, PP, FB>(p, stream);
+    }
+  }
+  if constexpr (Cfg<HD, VAR>::OST) {
+    // Without the encoder (or a group above 64): the same kernel with the threads' stores (31).
+    if (!encode_out_map(&a.tmap_o, p.out, HD, a.group, p.n_kv_heads, p.num_tokens)) {
+      return launch<HD, PP, 31>(p, stream);
     }
   }
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
@@ -1919,6 +2039,18 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 28>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 29:
           return p->scale > 0.f ? a::launch<256, true, 29>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 30:
+          return p->scale > 0.f ? a::launch<256, true, 30>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 31:
+          return p->scale > 0.f ? a::launch<256, true, 31>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 32:
+          return p->scale > 0.f ? a::launch<256, true, 32>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 33:
+          return p->scale > 0.f ? a::launch<256, true, 33>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 34:
+          return p->scale > 0.f ? a::launch<256, true, 34>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 35:
+          return p->scale > 0.f ? a::launch<256, true, 35>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

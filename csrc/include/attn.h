@@ -105,9 +105,13 @@ typedef struct DkAttnPrefillSm90Params {
    * producer pair (two half barriers, stepped row addresses) so K tile 0 issues at once, 26 = 25
    * and 27 = 19 recording a per-block timeline (dk_attn_prefill_sm90_timeline; measurement);
    * 28 = 25 with an L2 prefetch of a later block's Q rows and stepped output addresses (slower
-   * than 25 on an H200), 29 = 28 recording the timeline. The safe wrapper's default: 25.
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-29 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=29:
+   * than 25 on an H200), 29 = 28 recording the timeline; 30 = 25 with stepped output
+   * addresses, 31 = 30 with ctx_lens and K tile 0's page-table entries loaded at entry, 32 = 31
+   * with Q loaded by all four producer warps, 33 = 32 recording the timeline, 34 = 31 with the
+   * staged output written by TMA tensor stores, 35 = 34 recording the timeline (30-35 opt-in).
+   * The safe wrapper's default: 25.
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-35 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=35:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
@@ -115,11 +119,13 @@ typedef struct DkAttnPrefillSm90Params {
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of the timeline variants 26 / 27: copies the first `n` words (8 per row block
- * at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then %globaltimer ns at
- * entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output stored, producer done;
- * zero = not recorded) of the device-global timeline buffer to `host`, then zeroes the buffer and
- * synchronizes the device. Synchronize the launching stream first. */
+/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35: copies the first `n` words
+ * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
+ * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
+ * stored, producer done, sequence bounds + context length loaded, past the barrier-init
+ * __syncthreads, warpgroup 0's first Q rows issued, K tile 0 issued; zero = not recorded) of the
+ * device-global timeline buffer to `host`, then zeroes the buffer and synchronizes the device.
+ * Synchronize the launching stream first. */
 dk_status dk_attn_prefill_sm90_timeline(uint64_t *host, int64_t n);
 
 /** attn.decode on sm_90 (CUDA C++, csrc/attn/decode_sm90.cu): split-K decode attention over the

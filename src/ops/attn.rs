@@ -477,8 +477,13 @@ pub enum PrefillKernel {
     /// at once (the default, what `Auto` runs); 26 (= 25) and 27 (= 19) record a per-block
     /// timeline ([`prefill_sm90_timeline`]; measurement variants); 28: 25 with an L2 prefetch of
     /// the Q rows of the block one SM count of launch indices later and output rows addressed by
-    /// stepping; 29 = 28 recording the timeline.
-    /// Same results up to rounding. Values above 29 are rejected ([`crate::Error::Shape`] naming
+    /// stepping; 29 = 28 recording the timeline; 30-35 (opt-in, not yet measured): 30 = 25
+    /// with the output rows addressed by stepping, 31 = 30 with the sequence's context length and
+    /// K tile 0's page-table entries loaded at entry (next to the `cu_seqlens` pair), 32 = 31 with
+    /// Q loaded by all four producer warps (the K pair's after issuing K tile 0), 33 = 32
+    /// recording the timeline, 34 = 31 with the staged output rows written by TMA tensor stores,
+    /// 35 = 34 recording the timeline.
+    /// Same results up to rounding. Values above 35 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -499,14 +504,16 @@ const SM90_DEFAULT_SCHEDULE: i32 = 1;
 const SM90_DEFAULT_VARIANT: i32 = 25;
 
 /// Words per row block in [`prefill_sm90_timeline`].
-pub const PREFILL_TIMELINE_FIELDS: usize = 8;
+pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
-/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29
+/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
 /// consumer warpgroup 0 has its Q rows, its first QK^T done, its last PV done, warpgroup 0 / 1
-/// output stored, the producer's thread 0 done issuing; all-zero records = blocks not run (or
+/// output stored, the producer's thread 0 done issuing, thread 0 has the sequence bounds and
+/// context length, thread 0 past the barrier-init `__syncthreads`, the warp loading warpgroup
+/// 0's first Q rows done issuing them, K tile 0 issued; all-zero records = blocks not run (or
 /// without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
@@ -528,7 +535,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 29;
+const SM90_MAX_VARIANT: u8 = 35;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -552,7 +559,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=29", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=35", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
