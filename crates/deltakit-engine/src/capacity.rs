@@ -500,13 +500,17 @@ fn split_heads(
     }
 }
 
-/// Elements of `gdr.chunk_prefill`'s workspace for `tokens` tokens of one sequence on a rank
-/// with `hv` value heads (layout of `deltakit::ops::gdr::chunk_prefill::workspace_bytes`: f32
-/// g/beta/Tm/W/U per token and head, bf16 per-chunk states, plus alignment slack).
+/// Bytes of `gdr.chunk_prefill`'s workspace for `tokens` tokens of one sequence on a rank with
+/// `hv` value heads (an upper bound of `deltakit::ops::gdr::chunk_prefill::workspace_bytes`'
+/// layout: i32 chunk offsets / chunk map, f32 g/beta/Tm/W/U per token and head, bf16 per-chunk
+/// states, i32 ready / abort flags of the split pipeline (one per chunk and head, one per state
+/// CTA), and up to 255 bytes of alignment after each of its 9 regions).
 fn gdr_chunk_workspace_bytes(tokens: u64, hv: u64, k: u64, v: u64) -> u64 {
     let th = tokens * hv;
     let chunks = tokens / 64 + 1;
-    th * F32 * (2 + 64 + k + v) + chunks * hv * k * v * BF16 + 8 * 256
+    let index = (2 + chunks) * 4;
+    let flags = (chunks * hv + hv * v.div_ceil(64)) * 4;
+    index + th * F32 * (2 + 64 + k + v) + chunks * hv * k * v * BF16 + flags + 9 * 256
 }
 
 /// Byte counts of one rank of a `tp`-way tensor-parallel Qwen3.5 model with KV pages of
@@ -631,6 +635,29 @@ mod tests {
     use super::*;
     use crate::paths::find_fixtures_dir;
     use proptest::prelude::*;
+
+    /// The capacity mirror of `gdr.chunk_prefill`'s workspace never under-counts the kernel
+    /// crate's own layout (one sequence, the prefill-chunk sizes and head shapes the engine uses),
+    /// and over-counts by at most a few KB.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn gdr_chunk_workspace_mirror_bounds_the_kernel_layout() {
+        use deltakit::ops::gdr::chunk_prefill::workspace_bytes;
+        use deltakit::ops::gdr::GdrDims;
+        for tokens in [1usize, 63, 64, 65, 512, 2048, 8192] {
+            for (h_k, h_v, k, v) in
+                [(16, 48, 128, 128), (8, 24, 128, 128), (16, 32, 128, 128), (2, 4, 64, 32)]
+            {
+                let real = workspace_bytes(GdrDims { h_k, h_v, k, v }, tokens, 1) as u64;
+                let mirror =
+                    gdr_chunk_workspace_bytes(tokens as u64, h_v as u64, k as u64, v as u64);
+                assert!(
+                    mirror >= real && mirror - real <= 4096,
+                    "{tokens} {h_v} {k} {v}: {mirror} vs {real}"
+                );
+            }
+        }
+    }
 
     fn budget(free: u64) -> RankBudget {
         RankBudget {
@@ -980,7 +1007,13 @@ mod tests {
             * 2;
         let split_row = 16 * 257 * 4;
         assert_eq!(b.activation_row_bytes, per_token + split_row);
-        let gdr_ws = 2048 * 32 * 4 * (2 + 64 + 256) + 33 * 32 * 128 * 128 * 2 + 2048;
+        // Chunk offsets / map (2 + 33 i32), g/beta/Tm/W/U, 33 per-chunk states, the split
+        // pipeline's flags (33 x 32 ready + 32 x 2 state-CTA aborts), 9 x 256 alignment.
+        let gdr_ws = (2 + 33) * 4
+            + 2048 * 32 * 4 * (2 + 64 + 256)
+            + 33 * 32 * 128 * 128 * 2
+            + (33 * 32 + 32 * 2) * 4
+            + 9 * 256;
         assert_eq!(b.fixed_workspace_bytes, 2048 * per_token + gdr_ws + 66 * split_row);
 
         // 140 GB free, 8k context: weights ~19.3 GB, 256 MiB of KV + 48.6 MB of state per
