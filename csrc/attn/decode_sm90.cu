@@ -1078,18 +1078,5 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
 extern "C" dk_status dk_attn_decode_sm90_timeline(uint64_t* host, int64_t n) {
   namespace d = dk::attn_dec;
   constexpr int64_t kWords = 2 * int64_t(d::kDecTlCtas) * d::kDecTlFields;
-  if (host == nullptr || n < 0) return DK_ERR_INVALID_ARGUMENT;
-  const int64_t words = n < kWords ? n : kWords;
-  void* dev = nullptr;
-  cudaError_t e = cudaGetSymbolAddress(&dev, d::g_decode_tl);
-  if (e == cudaSuccess && words > 0) {
-    e = cudaMemcpy(host, dev, size_t(words) * 8, cudaMemcpyDeviceToHost);
-  }
-  if (e == cudaSuccess) e = cudaMemset(dev, 0, size_t(kWords) * 8);
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) {
-    dk::set_last_cuda_error(static_cast<int>(e));
-    return DK_ERR_CUDA;
-  }
-  return DK_OK;
+  return dk::read_and_clear_device_words(d::g_decode_tl, kWords, host, n);
 }

@@ -770,7 +770,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
             if (lane < BN / 16) {
               const uint32_t tile =
                   sKV + uint32_t(2 * s + kv) * TILE + uint32_t(lane) * (16u * 128u);
-#pragma unroll
               const CUtensorMap* map = kv == 0 ? &a.tmap_k : &a.tmap_v;
 #pragma unroll
               for (int cblk = 0; cblk < HD / 64; ++cblk) {
@@ -2066,18 +2065,5 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
 extern "C" dk_status dk_attn_prefill_sm90_timeline(uint64_t* host, int64_t n) {
   namespace a = dk::attn_sm90;
   constexpr int64_t kWords = int64_t(a::kTlBlocks) * a::kTlFields;
-  if (host == nullptr || n < 0) return DK_ERR_INVALID_ARGUMENT;
-  const int64_t words = n < kWords ? n : kWords;
-  void* dev = nullptr;
-  cudaError_t e = cudaGetSymbolAddress(&dev, a::g_prefill_tl);
-  if (e == cudaSuccess && words > 0) {
-    e = cudaMemcpy(host, dev, size_t(words) * 8, cudaMemcpyDeviceToHost);
-  }
-  if (e == cudaSuccess) e = cudaMemset(dev, 0, size_t(kWords) * 8);
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) {
-    dk::set_last_cuda_error(static_cast<int>(e));
-    return DK_ERR_CUDA;
-  }
-  return DK_OK;
+  return dk::read_and_clear_device_words(a::g_prefill_tl, kWords, host, n);
 }

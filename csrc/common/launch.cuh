@@ -27,4 +27,26 @@ inline dk_status launch_status() {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Measurement aids (the kernels' per-block timelines): copies the first min(n, total) uint64
+// words of the __device__ array `symbol` (`total` words long) to `host`, zeroes the whole array
+// and waits for the device. `symbol` is the array itself (as for cudaGetSymbolAddress), so this
+// header function is instantiated in the translation unit that defines it.
+inline dk_status read_and_clear_device_words(const void* symbol, int64_t total, uint64_t* host,
+                                              int64_t n) {
+  if (host == nullptr || n < 0) return DK_ERR_INVALID_ARGUMENT;
+  const int64_t words = n < total ? n : total;
+  void* dev = nullptr;
+  cudaError_t e = cudaGetSymbolAddress(&dev, symbol);
+  if (e == cudaSuccess && words > 0) {
+    e = cudaMemcpy(host, dev, size_t(words) * 8, cudaMemcpyDeviceToHost);
+  }
+  if (e == cudaSuccess) e = cudaMemset(dev, 0, size_t(total) * 8);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    set_last_cuda_error(static_cast<int>(e));
+    return DK_ERR_CUDA;
+  }
+  return DK_OK;
+}
+
 }  // namespace dk
