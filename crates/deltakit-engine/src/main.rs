@@ -44,24 +44,21 @@ struct Cli {
     command: Command,
 }
 
+// The commands. Each takes `allow_negative_numbers`, so that a negative number reaches the
+// value's parser (which names the flag and the range) rather than being taken for an unknown
+// flag.
 #[derive(Subcommand)]
 enum Command {
     /// Print what this build contains and which devices it can use.
     Info,
     /// Generate text from prompts (default model: the bundled tiny Qwen3.5).
-    // A negative number reaches the value's parser (which names the flag and the range) rather
-    // than being taken for an unknown flag.
     #[command(allow_negative_numbers = true)]
     Generate(GenerateArgs),
     /// Throughput benchmark with dummy weights from a config alone.
-    // A negative number reaches the value's parser (which names the flag and the range) rather
-    // than being taken for an unknown flag.
     #[command(allow_negative_numbers = true)]
     Bench(BenchArgs),
     /// Multiple-choice evaluation over a JSONL file: per-item results and accuracy with a 95%
     /// Wilson interval.
-    // A negative number reaches the value's parser (which names the flag and the range) rather
-    // than being taken for an unknown flag.
     #[command(allow_negative_numbers = true)]
     EvalMc(EvalMcArgs),
 }
@@ -140,6 +137,13 @@ struct ModelArgs {
     /// RANK:stall:LAYER:MILLISECONDS, optionally @STEP (only in forward step STEP, 0-based).
     #[arg(long, hide = true)]
     inject_fault: Option<String>,
+}
+
+impl ModelArgs {
+    /// The dummy weights' seed (`--weight-seed`, default 0).
+    fn seed(&self) -> u64 {
+        self.weight_seed.unwrap_or(0)
+    }
 }
 
 #[derive(Args)]
@@ -306,9 +310,8 @@ fn run() -> Result<()> {
     };
     if let Some((c, model)) = common {
         if let Launch::Spawn(spec) = launch_of(c)? {
-            // Refuse a world size the model cannot be split over here, once, instead of in
-            // every child process.
-            // The arguments, too: a bad one is reported once, not by every rank process.
+            // Refuse bad arguments and a world size the model cannot be split over here, once,
+            // instead of in every rank process.
             if let Command::Generate(a) = &cli.command {
                 generate_inputs(a)?;
             }
@@ -496,7 +499,7 @@ fn load(
                 .with_context(|| format!("loading weights from {}", dir_or_json.display()))?;
             Source::Dir(dir_or_json.to_path_buf())
         }
-        LoadFormat::Dummy => Source::Dummy(cfg.clone(), common.weight_seed.unwrap_or(0)),
+        LoadFormat::Dummy => Source::Dummy(cfg.clone(), common.seed()),
     };
     let progress = cfg.num_parameters() > 50_000_000;
     let graphs = GraphOptions { enabled: !common.no_graphs, ..GraphOptions::default() };
@@ -587,7 +590,7 @@ fn load_rank(
             deltakit_engine::dist::weights_identity(d)
                 .with_context(|| format!("reading the checkpoint headers in {}", d.display()))?
         ),
-        Source::Dummy(..) => format!("dummy, seed {}", common.weight_seed.unwrap_or(0)),
+        Source::Dummy(..) => format!("dummy, seed {}", common.seed()),
     };
     let ropts = |backend: &str, nccl_id: Option<Vec<u8>>, capacity: u64| RendezvousOptions {
         addr: spec.rendezvous.clone(),
@@ -934,7 +937,7 @@ fn run_bench(a: &BenchArgs, mut engine: Engine, t_load: Instant) -> Result<()> {
         bail!("--breakdown needs the CUDA backend on one device (no --tp / --devices)");
     }
     let cfg = engine.config().clone();
-    let mut rng = StdRng::seed_from_u64(a.common.weight_seed.unwrap_or(0) ^ 0x5eed);
+    let mut rng = StdRng::seed_from_u64(a.common.seed() ^ 0x5eed);
     let requests: Vec<Request> = (0..a.batch)
         .map(|i| Request {
             prompt: (0..a.prompt_len).map(|_| rng.gen_range(0..cfg.vocab_size as u32)).collect(),

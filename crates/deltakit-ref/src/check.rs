@@ -16,6 +16,15 @@ pub(crate) fn len(op: &'static str, what: &'static str, got: usize, expected: us
     }
 }
 
+/// A scalar parameter must be finite (not NaN, not +-inf).
+pub(crate) fn finite(op: &'static str, what: &'static str, v: f32) -> Result<()> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(RefError::Invalid { op, what, msg: format!("must be finite, got {v}") })
+    }
+}
+
 /// A dimension must be non-zero.
 pub(crate) fn nonzero(op: &'static str, what: &'static str, v: usize) -> Result<()> {
     if v == 0 {

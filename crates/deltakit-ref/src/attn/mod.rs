@@ -27,12 +27,7 @@ pub use rope::{rope_neox, RopeParams};
 /// [`crate::RefError::Invalid`] for a non-finite `scale` (NaN / inf would make every score NaN).
 pub(crate) fn softmax_scale(op: &'static str, scale: Option<f32>, hd: usize) -> crate::Result<f32> {
     match scale {
-        Some(s) if !s.is_finite() => Err(crate::RefError::Invalid {
-            op,
-            what: "scale",
-            msg: format!("must be finite, got {s}"),
-        }),
-        Some(s) => Ok(s),
+        Some(s) => crate::check::finite(op, "scale", s).map(|()| s),
         None => Ok(1.0 / (hd as f32).sqrt()),
     }
 }

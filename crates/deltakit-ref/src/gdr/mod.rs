@@ -94,12 +94,8 @@ fn check_g_and_opts(
     h_v: usize,
     opts: GdrOptions,
 ) -> Result<()> {
-    if let Some(s) = opts.scale.filter(|s| !s.is_finite()) {
-        return Err(crate::RefError::Invalid {
-            op,
-            what: "opts.scale",
-            msg: format!("must be finite, got {s}"),
-        });
+    if let Some(s) = opts.scale {
+        crate::check::finite(op, "opts.scale", s)?;
     }
     for seq in seqs.iter().filter(|s| s.slot.is_some()) {
         let range = seq.start * h_v..(seq.start + seq.len) * h_v;
