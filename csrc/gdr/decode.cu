@@ -24,10 +24,12 @@
 // cache policy.
 // Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
 // registers) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
-// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). One more K = V = 128
-// kernel has its own token loop, built from the same per-token helpers: decode_sl_kernel (the tile landed in
+// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Two more K = V = 128
+// kernels have their own token loops, built from the same per-token helpers: decode_sl_kernel (the tile landed in
 // shared memory by cp.async, streamed from there; the default for T = 1 from kSlMinHeads (row, head) pairs,
-// 2-3% faster than the register tile there on an H200). A cluster split-K kernel (a cluster of
+// 2-3% faster than the register tile there on an H200), and opt-in decode_ps_kernel (persistent CTAs, a 2- or
+// 3-stage shared-memory ring of tiles, the next token's inputs prefetched; 4-12% slower than decode_sl_kernel at
+// T = 1 on an H200, session 7). A cluster split-K kernel (a cluster of
 // CTAs per head, partials through distributed shared memory) measured 1.03-2x slower on an H200 and was removed
 // (docs/benchmarks/2026-12-01-gdrdec-s5.md).
 // Dispatch (launch_kv /
@@ -856,6 +858,184 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   }
 }
 
+// ---- persistent shared-memory ring variant (opt-in: DELTAKIT_GDR_DECODE=ps_bv64_nw2_s2 | ps_bv64_nw2_s3 |
+// ps_bv64_nw4_s3 | ps_bv128_nw4_s3; harness ps_*) ---------------------------------------------------------------------
+// K = V = 128. Addresses the sl kernel's measured gap to FLA (ncu: the same DRAM active cycles, more DRAM idle time):
+// a one-shot CTA holds its tile buffer for its whole life but has loads in flight only until the tile has landed;
+// at its start the state address waits for the slot load (one dependent global round trip), and a new CTA starts
+// only after an old one has exited. Here gridDim.x CTAs (as many as fit, at most one per tile) walk the (row,
+// head, V tile) tiles with stride gridDim.x through an NS-stage ring of tile buffers in shared memory: while a
+// tile is computed and stored, the next NS - 1 tiles' state is in flight (per-thread cp.async of exactly the
+// float4s the thread owns, one commit group per tile, so no CTA barrier guards a buffer: a thread refills a
+// stage only after its own reads of the tile that held it), the slot of the tile NS ahead is loaded one tile
+// early, and the next token's inputs (a, b, q, k, v, A_log, dt_bias: token t + 1 of this tile, or token 0 of the
+// CTA's next tile) are loaded into registers while the current token computes. The reduction / q,k staging
+// buffers keep their token-parity double buffering across tiles (parity = the CTA's running token count). Gating
+// and norms as the FG kernels; T > 1 updates the tile in shared memory (as decode_sl_kernel).
+// DELTAKIT_GDR_DECODE_PS_GRID=N (tests only) caps the grid at N CTAs, so that small test batches walk many tiles
+// (padding rows included) per CTA.
+// H200 2026-12-01 session 7 (27B, L2-cold; docs/benchmarks/2026-12-01-gdrdec-s7.md): passes the GPU tests (also
+// with the grid capped at 5 / 7 CTAs), memcheck and racecheck clean, but SLOWER than decode_sl_kernel at every
+// shape: T = 1, best configuration +3..+11% (TP1 B=256: bv64_nw4_s3 417.0 us, bv64_nw2_s3 418.6, bv64_nw2_s2
+// 420.5, bv128_nw4_s3 451.9, bv64_nw1_s3 483.8 vs sl 400.0); T = 4 +4..+60% (B >= 16). ncu (TP1 B=64, bv64_nw2_s2
+// vs sl): the same DRAM active cycles, DRAM busy 74% vs 79% (FLA 83%), 23% more instructions, 5.9 resident warps
+// per SM instead of 9.6. The fewer warps per SM a configuration has, the slower it is (nw1 slowest, nw4
+// fastest): the per-tile compute chain of the few resident warps bounds it, not the bytes in flight. Kept opt-in
+// as the measured evidence; not dispatched.
+template <int V, int BV>
+__device__ __forceinline__ Place place_of(const Args& p, uint32_t tile, int cg) {
+  constexpr int NVB = V / BV;
+  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
+  const int vb = static_cast<int>(tile % NVB);
+  const uint32_t rest = tile / NVB;
+  Place c;
+  c.hv = rest % hv32;
+  c.n = rest / hv32;
+  c.kh = static_cast<uint32_t>(c.hv) / (hv32 / static_cast<uint32_t>(p.h_k));
+  c.col0 = vb * BV + cg * 4;
+  return c;
+}
+
+// Token tok's inputs of head c.hv for this thread (and A_log, dt_bias).
+template <int K, int V, int EK>
+__device__ __forceinline__ void load_tok(const Args& p, const Place& c, int64_t tok, int lane, TokIn<EK>& in) {
+  in.av = gate_in(p, p.a, tok, c.hv);
+  in.bv = gate_in(p, p.b, tok, c.hv);
+  in.a_log = p.a_log[c.hv];
+  in.dt_bias = p.dt_bias[c.hv];
+  load_qk_lane<K, EK>(p, tok, c.kh, lane, in.qf, in.kf);
+  load_v<V>(p, tok, c.hv, c.col0, in.vf);
+}
+
+template <int K, int BV, int NS>
+constexpr size_t ps_ring_bytes() {
+  return static_cast<size_t>(NS) * K * BV * sizeof(float);
+}
+
+template <int K, int V, int BV, int NW, int NS, bool L2, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_ps_kernel(const Args p, int64_t num_tiles) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK, NVB = G::NVB;
+  constexpr int NT = NW * 32;
+  constexpr int kStage = R * NT;  // float4s per stage
+  static_assert(K == 128 && V == 128, "ps path: K = V = 128");
+  static_assert(NS >= 2 && NS <= 4, "NS");
+  extern __shared__ __align__(16) float4 ring[];  // [NS][R][NT]: [stage][row i of the thread][thread]
+  __shared__ Smem<K, BV, NW> sm;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+  const int64_t stride = gridDim.x;
+  const uint32_t tiles_per_row = static_cast<uint32_t>(NVB) * static_cast<uint32_t>(p.h_v);
+  const int64_t out_row = p.h_v * V;
+
+  // Slot of tile `tile` (-1 past the end).
+  auto slot_of = [&](int64_t tile) -> int32_t {
+    return tile < num_tiles ? p.slots[static_cast<uint32_t>(tile) / tiles_per_row] : -1;
+  };
+  // This thread's copies of tile `tile`'s state into stage `stage` (none for padding / past the end), then one
+  // commit group (empty or not: one group per tile keeps the wait_group count uniform).
+  auto issue = [&](int stage, int64_t tile, int32_t slot) {
+    if (tile < num_tiles && slot_live(p, slot)) {
+      const Place c = place_of<V, BV>(p, static_cast<uint32_t>(tile), cg);
+      const float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
+      float4* buf = ring + stage * kStage;
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const uint32_t dst = smem_addr(&buf[i * NT + threadIdx.x]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                     "l"(st + static_cast<int64_t>(kt + i * KT) * V)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+
+  int64_t tile = blockIdx.x;
+  // q[s] = slot of tile + s * stride; stages 0..NS-2 in flight before the loop.
+  int32_t q[NS];
+#pragma unroll
+  for (int s = 0; s < NS; ++s) q[s] = slot_of(tile + s * stride);
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) issue(s, tile + s * stride, q[s]);
+  TokIn<EK> in;  // the current token's inputs
+  if (tile < num_tiles) {
+    const Place c0 = place_of<V, BV>(p, static_cast<uint32_t>(tile), cg);
+    load_tok<K, V, EK>(p, c0, c0.n * p.t, lane, in);
+  }
+  uint32_t u = 0;  // live tokens processed by this CTA: the reduction / staging buffer parity
+  for (int j = 0; tile < num_tiles; ++j, tile += stride) {
+    const int stage = j % NS;
+    // Refill the stage of the tile before this one (this thread's reads of it are done) with tile j + NS - 1.
+    issue((j + NS - 1) % NS, tile + (NS - 1) * stride, q[NS - 1]);
+    const int32_t q_next = slot_of(tile + NS * stride);  // consumed by the next iteration's issue
+    const Place c = place_of<V, BV>(p, static_cast<uint32_t>(tile), cg);
+    const int32_t slot = q[0];
+#pragma unroll
+    for (int s = 0; s < NS - 1; ++s) q[s] = q[s + 1];
+    q[NS - 1] = q_next;
+    const int64_t next_tile = tile + stride;
+    if (!slot_live(p, slot)) {
+      if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
+      if (next_tile < num_tiles) {
+        const Place cn = place_of<V, BV>(p, static_cast<uint32_t>(next_tile), cg);
+        load_tok<K, V, EK>(p, cn, cn.n * p.t, lane, in);
+      }
+      continue;
+    }
+    float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
+    float4* buf = ring + stage * kStage;
+    const float neg_a = gate_neg_a<true>(in.a_log);
+    for (int64_t t = 0; t < p.t; ++t) {
+      const int64_t tok = c.n * p.t + t;
+      const int par = static_cast<int>(u & 1u);
+      // The next token's inputs, in flight while this one computes.
+      TokIn<EK> nx = in;
+      if (t + 1 < p.t) {
+        load_tok<K, V, EK>(p, c, tok + 1, lane, nx);
+      } else if (next_tile < num_tiles) {
+        const Place cn = place_of<V, BV>(p, static_cast<uint32_t>(next_tile), cg);
+        load_tok<K, V, EK>(p, cn, cn.n * p.t, lane, nx);
+      }
+      float decay, beta;
+      token_gates<true>(neg_a, in.dt_bias, in.av, in.bv, decay, beta);
+      float iq, ik;
+      const float qk = qk_norms<EK, L2, true>(in.qf, in.kf, p.scale, iq, ik);
+      float* qs = sm.qk[warp][par][0];
+      float* ks = sm.qk[warp][par][1];
+      stage_qk<EK>(qs, ks, in.qf, in.kf, iq, ik, lane);
+      __syncwarp();
+      if (t == 0) asm volatile("cp.async.wait_group %0;\n" ::"n"(NS - 1) : "memory");  // this tile's own copies
+      float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int row = kt + i * KT;
+        acc_row(pk, pq, buf[i * NT + threadIdx.x], ks[row], qs[row]);
+      }
+      reduce_cols<K, BV, NW, LV>(pk, pq, sm, par, warp, kq, cg);
+      float d[4], o[4];
+      delta_out(in.vf, pk, pq, decay, beta, qk, d, o);
+      if (kt == 0) store_bf16x4(p.out + tok * out_row + c.hv * V + c.col0, o[0], o[1], o[2], o[3]);
+      const bool last = t + 1 == p.t;
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        float4 s = buf[i * NT + threadIdx.x];
+        update_row(s, decay, ks[kt + i * KT], d);
+        if (last) {
+          store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s);
+        } else {
+          buf[i * NT + threadIdx.x] = s;
+        }
+      }
+      ++u;
+      in = nx;
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream);
 
@@ -934,6 +1114,53 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+// DELTAKIT_GDR_DECODE_PS_GRID (tests only; read once per process): caps the persistent ring kernel's grid (0 = no cap).
+inline int64_t ps_grid_cap() {
+  static const int64_t cap = [] {
+    const char* e = std::getenv("DELTAKIT_GDR_DECODE_PS_GRID");
+    if (e == nullptr) return int64_t{0};
+    const long long v = std::atoll(e);
+    return v > 0 ? static_cast<int64_t>(v) : int64_t{0};
+  }();
+  return cap;
+}
+
+// Launches the persistent shared-memory ring kernel (K = V = 128): grid = min(tiles, SMs x resident CTAs per SM),
+// the ring (NS x K x BV x 4 bytes) as dynamic shared memory.
+template <int K, int V, int BV, int NW, int NS, int MINB = 1>
+dk_status launch_ps(const Args& a, bool l2, cudaStream_t stream) {
+  static_assert(K == 128 && V == 128, "ps path: K = V = 128");
+  constexpr size_t smem = ps_ring_bytes<K, BV, NS>();
+  static_assert(smem + sizeof(Smem<K, BV, NW>) <= 227 * 1024, "shared memory");
+  const int64_t tiles = a.n * a.h_v * (V / BV);
+  if (tiles == 0) return DK_OK;
+  if (tiles > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  auto kern = l2 ? decode_ps_kernel<K, V, BV, NW, NS, true, MINB> : decode_ps_kernel<K, V, BV, NW, NS, false, MINB>;
+  // Resident CTAs per device (attributes set once per (instantiation, device)); 0 = not yet known.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> caps[2][kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+  if (dev < 0 || dev >= kMaxDevices) return DK_ERR_UNSUPPORTED;
+  int64_t cap = caps[l2][dev].load(std::memory_order_relaxed);
+  if (cap == 0) {
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem) != cudaSuccess)
+      return dk::launch_status();
+    if (per_sm < 1) return DK_ERR_UNSUPPORTED;
+    cap = static_cast<int64_t>(sms) * per_sm;
+    caps[l2][dev].store(cap, std::memory_order_relaxed);
+  }
+  const int64_t test_cap = ps_grid_cap();
+  if (test_cap > 0 && test_cap < cap) cap = test_cap;
+  const int64_t grid = tiles < cap ? tiles : cap;
+  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(a, tiles);
+  return dk::launch_status();
+}
+
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
@@ -986,7 +1213,7 @@ constexpr int64_t kSlMinHeads = 768;
 // For tests and measurements.
 enum class Path {
   kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
-  kSl64Nw1, kSl64Nw2, kRegTiles
+  kSl64Nw1, kSl64Nw2, kRegTiles, kPs64Nw2S2, kPs64Nw2S3, kPs64Nw4S3, kPs128Nw4S3
 };
 
 inline Path path_selected() {
@@ -1006,6 +1233,10 @@ inline Path path_selected() {
     if (std::strcmp(e, "sl_bv64_nw1") == 0) return Path::kSl64Nw1;
     if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
     if (std::strcmp(e, "reg_tiles") == 0) return Path::kRegTiles;
+    if (std::strcmp(e, "ps_bv64_nw2_s2") == 0) return Path::kPs64Nw2S2;
+    if (std::strcmp(e, "ps_bv64_nw2_s3") == 0) return Path::kPs64Nw2S3;
+    if (std::strcmp(e, "ps_bv64_nw4_s3") == 0) return Path::kPs64Nw4S3;
+    if (std::strcmp(e, "ps_bv128_nw4_s3") == 0) return Path::kPs128Nw4S3;
     return Path::kAuto;
   }();
   return path;
@@ -1057,6 +1288,15 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kSl64Nw1) return launch_sl<K, V, 64, 1>(a, l2, stream);
       return launch_sl<K, V, 64, 2, 5>(a, l2, stream);
+    }
+    return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
+  }
+  if (path == Path::kPs64Nw2S2 || path == Path::kPs64Nw2S3 || path == Path::kPs64Nw4S3 || path == Path::kPs128Nw4S3) {
+    if constexpr (K == 128 && V == 128) {
+      if (path == Path::kPs64Nw2S2) return launch_ps<K, V, 64, 2, 2>(a, l2, stream);
+      if (path == Path::kPs64Nw2S3) return launch_ps<K, V, 64, 2, 3>(a, l2, stream);
+      if (path == Path::kPs64Nw4S3) return launch_ps<K, V, 64, 4, 3>(a, l2, stream);
+      return launch_ps<K, V, 128, 4, 3>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
   }

@@ -15,7 +15,7 @@
 #   tests      every test binary of the bundle; gdr_decode again under DELTAKIT_GDR_DECODE=$DECODE_PIPES,
 #              conv1d_prefill under DELTAKIT_CONV1D_PREFILL=$CONV_PIPES and norm_rms under
 #              DELTAKIT_RMS_GATED_ROWS=$NORM_ROWS (forced paths; the int64 decode test only in the default run)
-#   sanitize   compute-sanitizer ($SAN_SPECS: ;-separated tool:binary:ENV=value or -:test filters)
+#   sanitize   compute-sanitizer ($SAN_SPECS: ;-separated tool:binary:ENV=value[,ENV2=value2] or -:test filters)
 #   decode     decode rows (27B TP1 / TP2, T = $DECODE_T, warm + cold + CUDA-graph back-to-back at small batch) and
 #              the configuration sweep ($SWEEP_ONLY), after the tests, under a lock
 #   bsweep     decode rows at other batches / T ($BSWEEP_CASES, TP:B:T,..; tools/tune/gdr_decode_bsweep.py), the
@@ -95,7 +95,7 @@ pids=()
 run_log() {  # tag, env assignment or -, command..
   local tag=$1 envs=$2; shift 2
   [ "$envs" = - ] && envs=DK_NONE=1
-  (env "$envs" timeout "${TEST_TIMEOUT:-150}" "$@" >"/tmp/gdlog_$tag.log" 2>&1; echo "rc=$?" >>"/tmp/gdlog_$tag.log") &
+  (env ${envs//,/ } timeout "${TEST_TIMEOUT:-150}" "$@" >"/tmp/gdlog_$tag.log" 2>&1; echo "rc=$?" >>"/tmp/gdlog_$tag.log") &
   pids+=($!)
 }
 if has tests; then
@@ -104,8 +104,10 @@ if has tests; then
     run_log "test_${name%%-*}" - "$bin" --test-threads 4 --nocapture
   done
   dbin=$(ls /tmp/gdbin/gdr_decode-* | head -n 1)
-  for pipe in ${DECODE_PIPES:-reg_pre reg_bv128 tma_bv64_nw4_s3}; do
-    run_log "test_decode_$pipe" "DELTAKIT_GDR_DECODE=$pipe" "$dbin" --test-threads 4 --nocapture \
+  for pipe in ${DECODE_PIPES:-reg_pre reg_bv128 tma_bv64_nw4_s3}; do  # pipe[+G]: G = DELTAKIT_GDR_DECODE_PS_GRID
+    pe="DELTAKIT_GDR_DECODE=${pipe%%+*}"
+    [ "${pipe#*+}" != "$pipe" ] && pe="$pe,DELTAKIT_GDR_DECODE_PS_GRID=${pipe#*+}"
+    run_log "test_decode_$pipe" "$pe" "$dbin" --test-threads 4 --nocapture \
       --skip decode_long_row_int64_offsets
   done
   cbin=$(ls /tmp/gdbin/conv1d_prefill-* | head -n 1)
@@ -131,7 +133,7 @@ if has sanitize; then
     bin=$(ls /tmp/gdbin/${stem}-* | head -n 1)
     i=$((i + 1))
     [ "$envs" = - ] && envs=DK_NONE=1
-    (env "$envs" DELTAKIT_SANITIZE=1 timeout "${SAN_TIMEOUT:-150}" \
+    (env ${envs//,/ } DELTAKIT_SANITIZE=1 timeout "${SAN_TIMEOUT:-150}" \
        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" $filters --test-threads 1 \
        >"/tmp/gdlog_san_${i}_${tool}_${stem}.log" 2>&1; echo "rc=$? ($spec)" >>"/tmp/gdlog_san_${i}_${tool}_${stem}.log") &
     pids+=($!)
