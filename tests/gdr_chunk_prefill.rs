@@ -1039,3 +1039,125 @@ fn inputs_of<'a>(
         initial_state: InitialState::FromSlots,
     }
 }
+
+/// Segment bounds of the context-parallel variant (4096), as `cp_plan_kernel` in
+/// `csrc/gdr/chunk_prefill_fused_sm90.cu` computes them: chunk ids `c1 <= c2` of a sequence of
+/// `nc` chunks split with weights `w0 : 1 : 1`.
+fn cp_bounds(nc: usize, w0: usize) -> (usize, usize) {
+    (nc * w0 / (w0 + 2), nc * (w0 + 1) / (w0 + 2))
+}
+
+/// CPU model of the context-parallel variant (bit 4096, `launch_cp`), no GPU: every live sequence
+/// in three chunk-aligned segments; pass 1 = segment 0 from the sequence's initial state (its
+/// outputs, end state `S1`), segment 1's transition `M` (start `I`, `v = 0`) and its zero-start
+/// end state `D`; the scan `S2 = M S1 + D` (the transition multiplies the `[K, V]` state from the
+/// left, the contract's orientation); pass 3 = segments 1 and 2 from `S1` / `S2`. Each pass is
+/// `deltakit_ref::gdr::recurrent_prefill` on the segment's tokens; the outputs and final states
+/// must equal one `recurrent_prefill` of the whole batch up to f32 rounding. Varlen with empty,
+/// one-chunk and partial segments, padding, per-sequence initial states, `g = -inf` mixed in.
+#[test]
+fn context_parallel_three_passes_model() {
+    // Ordinary gates (the transitions carry the state across segments) and 25% g = -inf (a full
+    // decay inside a segment zeroes its transition: S2 = D exactly).
+    let runs =
+        [(1usize, GMode::Random), (2, GMode::Random), (3, GMode::Random), (2, GMode::NegInf)];
+    for (i, (w0, gmode)) in runs.into_iter().enumerate() {
+        let (mut rng, seed) = common::rng(9100 + i as u64);
+        let lens = [1usize, 64, 0, 65, 700, 130, 1000, 200, 63, 129];
+        let mut c = Case::new("cp model", (2, 4, 32, 32), &lens);
+        c.slots = vec![3, 0, 5, -1, 8, -1, 1, 10, 12, 2];
+        c.num_slots = 13;
+        c.init = Init::PerSeq(vec![true, false, true, true, false, true, true, true, false, true]);
+        c.fused = false;
+        c.gmode = gmode;
+        let x = make_data(&c, &mut rng);
+        let (ref_o, ref_s) = reference(&c, &x);
+        let d = c.dims;
+        let (hk, hv, kd, vd) = (d.h_k, d.h_v, d.k, d.v);
+        let per = d.state_per_slot();
+        let rd = deltakit_ref::gdr::GdrDims { h_k: hk, h_v: hv, k: kd, v: vd };
+        let ro = deltakit_ref::gdr::GdrOptions {
+            use_qk_l2norm: c.opts.use_qk_l2norm,
+            scale: c.opts.scale,
+        };
+        // One segment [t0, t1) from `init`: (output rows, end state).
+        let run = |t0: usize, t1: usize, init: &[f32], vzero: bool| -> (Vec<f32>, Vec<f32>) {
+            let n = t1 - t0;
+            let zeros = vec![bf16::ZERO; n * hv * vd];
+            let inp = deltakit_ref::gdr::GdrInputs {
+                q: &x.q[t0 * hk * kd..t1 * hk * kd],
+                k: &x.k[t0 * hk * kd..t1 * hk * kd],
+                v: if vzero { &zeros } else { &x.v[t0 * hv * vd..t1 * hv * vd] },
+                g: &x.g[t0 * hv..t1 * hv],
+                beta: &x.beta[t0 * hv..t1 * hv],
+            };
+            let cu = [0i32, n as i32];
+            let varlen = deltakit_ref::Varlen {
+                cu_seqlens: &cu,
+                slots: &[0],
+                has_initial_state: Some(&[true]),
+            };
+            let mut st = init.to_vec();
+            let mut out = vec![bf16::ZERO; n * hv * vd];
+            deltakit_ref::gdr::recurrent_prefill(&inp, rd, varlen, ro, &mut st, &mut out).unwrap();
+            (out.iter().map(|v| v.to_f32()).collect(), st)
+        };
+        let mut ident = vec![0f32; per];
+        for h in 0..hv {
+            for r in 0..kd {
+                ident[h * kd * vd + r * vd + r] = 1.0;
+            }
+        }
+        let flags = match &c.init {
+            Init::PerSeq(f) => f.clone(),
+            _ => unreachable!(),
+        };
+        let cu = c.cu();
+        let mut got_o = vec![0f32; ref_o.len()];
+        let (mut gs, mut rs) = (Vec::new(), Vec::new());
+        for (n, &slot) in c.slots.iter().enumerate() {
+            if slot < 0 {
+                continue;
+            }
+            let (bos, eos) = (cu[n] as usize, cu[n + 1] as usize);
+            let (c1, c2) = cp_bounds((eos - bos).div_ceil(64), w0);
+            let (b1, b2) = ((bos + 64 * c1).min(eos), (bos + 64 * c2).min(eos));
+            let s = slot as usize;
+            let s0 =
+                if flags[n] { x.state0[s * per..(s + 1) * per].to_vec() } else { vec![0f32; per] };
+            // Pass 1.
+            let (o0, s1) = run(bos, b1, &s0, false);
+            let (_, m) = run(b1, b2, &ident, true);
+            let (_, dd) = run(b1, b2, &vec![0f32; per], false);
+            // Scan: S2 = M S1 + D per value head (M [K, K] held as a [K, V] state, K = V).
+            let mut s2 = vec![0f32; per];
+            for h in 0..hv {
+                let o = h * kd * vd;
+                for r in 0..kd {
+                    for j in 0..vd {
+                        let mut acc = f64::from(dd[o + r * vd + j]);
+                        for cc in 0..kd {
+                            acc += f64::from(m[o + r * vd + cc]) * f64::from(s1[o + cc * vd + j]);
+                        }
+                        s2[o + r * vd + j] = acc as f32;
+                    }
+                }
+            }
+            // Pass 3.
+            let (o1, _) = run(b1, b2, &s1, false);
+            let (o2, s3) = run(b2, eos, &s2, false);
+            let row = hv * vd;
+            got_o[bos * row..b1 * row].copy_from_slice(&o0);
+            got_o[b1 * row..b2 * row].copy_from_slice(&o1);
+            got_o[b2 * row..eos * row].copy_from_slice(&o2);
+            gs.extend_from_slice(&s3);
+            rs.extend_from_slice(&ref_s[s * per..(s + 1) * per]);
+        }
+        let (eo, es) = (rel_err(&got_o, &ref_o), rel_err(&gs, &rs));
+        println!(
+            "case cp model w0={w0} {gmode:?} out_err {eo:.3e} state_err {es:.3e} (seed {seed})"
+        );
+        assert!(eo <= 4e-3, "cp model w0={w0}: out rel err {eo} (seed {seed})");
+        assert!(es <= 1e-5, "cp model w0={w0}: state rel err {es} (seed {seed})");
+    }
+}

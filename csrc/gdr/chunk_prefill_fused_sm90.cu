@@ -211,7 +211,22 @@ struct SplitArgs {
   DkGdrPrefillSplitWs w;
   int fix;  // overlap (bit 512) only: 1 = the fix-up launch of the state kernel (launch_overlap); 2 = the overlapped
             // launch with every loader "timing out" at once (variant bit 1024: a test of the fix-up path)
+  const struct CpSeg* cps;  // context parallelism (bit 4096) only: the state kernel's segment records (launch_cp)
 };
+// Context parallelism (variant bit 4096, launch_cp): one record per state-kernel grid row (blockIdx.x) instead of a
+// sequence: tokens [bos, eos) (64-token aligned from the sequence start), the chunk id of its first chunk, the state
+// blocks f32 [H_v, K, V] it starts from (nullptr: zeros, or the identity with kCpIdent) and ends in (nullptr: not
+// stored), flags.
+struct CpSeg {
+  int64_t bos, eos, chunk0;
+  const float* in;
+  float* out;
+  int32_t flags, pad;
+};
+constexpr int kCpLive = 1;   // else a padding row range: zero output rows (unless kCpNoOut), no state
+constexpr int kCpIdent = 2;  // initial state I (K = V): the segment's transition M (with kCpVZero)
+constexpr int kCpVZero = 4;  // v = 0 (the V tiles zero-filled)
+constexpr int kCpNoOut = 8;  // no output rows (pass 1)
 // Overlap (variant bit 512) flag helpers: ld.acquire.gpu / st.release.gpu on the workspace flags, %globaltimer (ns).
 __device__ __forceinline__ int ld_acquire_gpu(const int* f) {
   int v;
@@ -937,6 +952,10 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   // args.fix = 1, reruns it after the local pass).
   constexpr bool kOvl = (VAR & 512) != 0;
   static_assert(!kOvl || !kAhead, "overlap: one chunk in flight per loader step");
+  // kCp (VAR & 4096): context parallelism (launch_cp): blockIdx.x indexes args.cps (a segment: token range, first
+  // chunk id, initial / final state blocks, identity start, v = 0, no output rows) instead of a sequence.
+  constexpr bool kCp = (VAR & 4096) != 0;
+  static_assert(!kCp || !kOvl, "context parallelism: not with the overlap");
   // s_ovl[0], [1]: the loaders' verdict per chunk parity (thread 0 -> barrier -> all); s_ovl[2 + stage]: "the loaders
   // stopped at the chunk of this stage", set before their arrival on its full barrier. Per stage, so that the state
   // warps (up to two chunks behind, on other stages) all read 0 until they reach that chunk: one uniform break.
@@ -967,19 +986,34 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, q = lane & 3;
-  const int64_t seq = blockIdx.x;
+  // kCp: grid (V / 64, H_v, records): the records are the slowest grid dimension, so that CTAs beyond the first wave
+  // are the last records' (pass 1: segment 1's D runs, the shortest).
+  const int64_t seq = kCp ? blockIdx.z : blockIdx.x;
   const int hv = blockIdx.y;
-  const int col0 = blockIdx.z * kBV;
+  const int col0 = (kCp ? blockIdx.x : blockIdx.z) * kBV;
   const int64_t HV = p.h_v, V = p.v_dim, T = p.num_tokens;
   const int hk = int(hv / (HV / p.h_k));
-  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
-  int64_t bos = cu[seq], eos = cu[seq + 1];
-  bos = bos < 0 ? 0 : (bos > T ? T : bos);
-  eos = eos < bos ? bos : (eos > T ? T : eos);
-  const int64_t slot = reinterpret_cast<const int*>(p.slots)[seq];
-  const bool live = slot >= 0 && slot < p.num_slots;
+  int64_t bos, eos, slot = 0;
+  bool live;
+  int cpf = 0;  // kCp: the record's flags
+  if constexpr (kCp) {
+    bos = args.cps[seq].bos;
+    eos = args.cps[seq].eos;
+    cpf = args.cps[seq].flags;
+    live = (cpf & kCpLive) != 0;
+  } else {
+    const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+    bos = cu[seq];
+    eos = cu[seq + 1];
+    bos = bos < 0 ? 0 : (bos > T ? T : bos);
+    eos = eos < bos ? bos : (eos > T ? T : eos);
+    slot = reinterpret_cast<const int*>(p.slots)[seq];
+    live = slot >= 0 && slot < p.num_slots;
+  }
+  const bool store_out = !kCp || (cpf & kCpNoOut) == 0;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
   if (!live) {  // padding sequence: zero output rows, state untouched
+    if (!store_out) return;
     const int64_t chunks = (eos - bos) * (kBV / 8);
     for (int64_t i = tid; i < chunks; i += kThreads) {
       const int64_t t = bos + i / (kBV / 8);
@@ -997,7 +1031,8 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
     const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
     const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(p.v);
-    const int64_t cbase = reinterpret_cast<const int*>(args.w.coff)[seq];
+    const int64_t cbase = kCp ? args.cps[seq].chunk0 : int64_t(reinterpret_cast<const int*>(args.w.coff)[seq]);
+    const bool vzero = kCp && (cpf & kCpVZero) != 0;
     for (int64_t c = 0; c < nc; ++c) {
       const int st = int(c % kSpNs);
       if (c >= kSpNs) bar_sync(kSpEmpty + st, 256);
@@ -1018,7 +1053,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
         const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
         const int rr = row < n ? row : 0;
         const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
-        cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + col0 + ch * 8, row < n ? 16u : 0u);
+        cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + col0 + ch * 8, row < n && !vzero ? 16u : 0u);
       }
       int64_t pi = cbase + c;
       pi = pi < args.w.nt ? pi : args.w.nt - 1;  // only for cu_seqlens the offsets pass clamped
@@ -1073,13 +1108,21 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
 #define DK_S(nt, i) ((nt) < 8 ? s0[(nt) & 7][i] : s1[(nt) & 7][i])
   float* sp = reinterpret_cast<float*>(p.state) + (slot * HV + hv) * (int64_t(kK) * V) + col0;
   bool read = p.init_mode == 1;
-  if (p.init_mode == 2) read = reinterpret_cast<const int*>(p.init)[seq] != 0;
+  bool ident = false;  // kCp: the identity initial state
+  if constexpr (kCp) {
+    const float* in = args.cps[seq].in;
+    read = in != nullptr;
+    ident = (cpf & kCpIdent) != 0;
+    if (read) sp = const_cast<float*>(in) + hv * (int64_t(kK) * V) + col0;
+  } else {
+    if (p.init_mode == 2) read = reinterpret_cast<const int*>(p.init)[seq] != 0;
+  }
 #pragma unroll
   for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
-      DK_S(nt, i) = read ? sp[int64_t(k) * V + v] : 0.f;
+      DK_S(nt, i) = read ? sp[int64_t(k) * V + v] : (ident && k == col0 + v ? 1.f : 0.f);
     }
   unsigned char* so = asmem + kWgOO + sw * 2048;
   if constexpr (kProf) tp = clock64();
@@ -1305,7 +1348,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int idx = lane + 32 * i, row = idx >> 1, half = idx & 1;
-      if (row < n)
+      if (row < n && store_out)
         *reinterpret_cast<uint4*>(out + ((t0 + row) * HV + hv) * V + col0 + 16 * sw + 8 * half) =
             *reinterpret_cast<const uint4*>(so + row * 32 + half * 16);
     }
@@ -1341,6 +1384,11 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
       return;
     }
   }
+  if constexpr (kCp) {  // the record's final state block (nullptr: not stored)
+    float* o = args.cps[seq].out;
+    if (o == nullptr) return;
+    sp = o + hv * (int64_t(kK) * V) + col0;
+  }
 #pragma unroll
   for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
@@ -1352,6 +1400,72 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif  // DK_GDR_FUSED_SM90A
+}
+
+// Context parallelism (variant bit 4096, launch_cp): each sequence's chunks split into three segments at chunk
+// boundaries c1 <= c2 (weights w0 : 1 : 1 of its chunk count). Pass 1 (state kernel on rec[0, 3N)): segment 0 from
+// the sequence's initial state (its final outputs, end state S1 -> block A), and for segment 1 its transition M (start
+// I, v = 0, no outputs -> block M) and its zero-start end state D (no outputs -> block D); the scan S2 = M S1 + D
+// (f32, block B); pass 3 (state kernel on rec[3N, 5N)): segments 1 and 2 from S1 / S2, the last one ending in the
+// sequence's slot. State blocks: scratch f32 [N][4: A, M, D, B][H_v][K][V]. Needs K = V.
+__global__ void cp_plan_kernel(const SplitArgs a, CpSeg* rec, float* scratch, int w0) {
+#ifdef DK_GDR_FUSED_SM90A
+  const DkGdrPrefillFusedParams& p = a.p;
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, N = p.num_seqs, T = p.num_tokens;
+  if (n >= N) return;
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  int64_t bos = cu[n], eos = cu[n + 1];
+  bos = bos < 0 ? 0 : (bos > T ? T : bos);
+  eos = eos < bos ? bos : (eos > T ? T : eos);
+  const int64_t slot = reinterpret_cast<const int*>(p.slots)[n];
+  const bool live = slot >= 0 && slot < p.num_slots;
+  bool read = p.init_mode == 1;
+  if (p.init_mode == 2) read = reinterpret_cast<const int*>(p.init)[n] != 0;
+  const int64_t nc = (eos - bos + 63) / 64, wsum = int64_t(w0) + 2;
+  const int64_t c1 = nc * w0 / wsum, c2 = nc * (w0 + 1) / wsum;
+  const int64_t b1 = bos + 64 * c1 < eos ? bos + 64 * c1 : eos, b2 = bos + 64 * c2 < eos ? bos + 64 * c2 : eos;
+  const int64_t ch0 = reinterpret_cast<const int*>(a.w.coff)[n];
+  const int64_t per = p.h_v * p.k_dim * p.v_dim;
+  float* blk = scratch + n * 4 * per;
+  float* real = reinterpret_cast<float*>(p.state) + (live ? slot : 0) * per;
+  CpSeg* r1 = rec;
+  CpSeg* r2 = rec + 3 * N;
+  if (live) {
+    r1[n] = CpSeg{bos, b1, ch0, read ? real : nullptr, blk, kCpLive, 0};
+    r1[N + n] = CpSeg{b1, b2, ch0 + c1, nullptr, blk + per, kCpLive | kCpIdent | kCpVZero | kCpNoOut, 0};
+    r1[2 * N + n] = CpSeg{b1, b2, ch0 + c1, nullptr, blk + 2 * per, kCpLive | kCpNoOut, 0};
+    r2[n] = CpSeg{b1, b2, ch0 + c1, blk, nullptr, kCpLive, 0};
+    r2[N + n] = CpSeg{b2, eos, ch0 + c2, blk + 3 * per, real, kCpLive, 0};
+  } else {  // padding: pass 1 zeroes the whole row range, the other records are empty
+    r1[n] = CpSeg{bos, eos, ch0, nullptr, nullptr, 0, 0};
+    r1[N + n] = r1[2 * N + n] = r2[n] = r2[N + n] = CpSeg{bos, bos, ch0, nullptr, nullptr, kCpNoOut, 0};
+  }
+#endif
+}
+
+// S2 = M S1 + D for one (sequence, value head, 64 value columns): f32 FMA (K = V = 128; 2 MFLOP per CTA).
+__global__ void __launch_bounds__(256) cp_scan_kernel(const SplitArgs a, const CpSeg* rec) {
+#ifdef DK_GDR_FUSED_SM90A
+  __shared__ float sa[kK][kBV];
+  const DkGdrPrefillFusedParams& p = a.p;
+  const int64_t n = blockIdx.x, N = p.num_seqs, V = p.v_dim;
+  if ((rec[n].flags & kCpLive) == 0) return;
+  const int64_t hoff = blockIdx.y * (int64_t(kK) * V) + int64_t(blockIdx.z) * kBV;
+  const float* A = rec[n].out + hoff;
+  const float* M = rec[N + n].out + blockIdx.y * (int64_t(kK) * V);
+  const float* D = rec[2 * N + n].out + hoff;
+  float* B = const_cast<float*>(rec[3 * N + N + n].in) + hoff;
+  const int tid = threadIdx.x, j = tid & 63, r0 = tid >> 6;
+  for (int i = tid; i < kK * kBV; i += 256) sa[i >> 6][i & 63] = A[int64_t(i >> 6) * V + (i & 63)];
+  __syncthreads();
+  for (int r = r0; r < kK; r += 4) {
+    const float* mr = M + int64_t(r) * V;
+    float acc = D[int64_t(r) * V + j];
+#pragma unroll 8
+    for (int c = 0; c < kK; ++c) acc = fmaf(__ldg(mr + c), sa[c][j], acc);
+    B[int64_t(r) * V + j] = acc;
+  }
+#endif
 }
 
 }  // namespace gdr_fused
@@ -1447,6 +1561,68 @@ dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   return dk::launch_status();
 }
 
+// Context parallelism (variant bit 4096; session 7): the local pass as in VAR & 1023, then (launch order on s) the
+// plan kernel (segment records + state blocks in ws->cp), pass 1 = the state kernel over 3N records (segment 0 from
+// the initial state; segment 1's transition M and zero-start end state D), the scan S2 = M S1 + D, pass 3 = the state
+// kernel over 2N records (segments 1 and 2 from S1 / S2). Segment weights w0 : 1 : 1 with w0 = ceil(2C / (SMs - C))
+// rounds of pass 1's M / D CTAs next to segment 0's C = N H_v V / 64 (1 CTA / SM): the chain (w0 + 2) L -> (w0 + 1) L
+// per sequence (state-kernel grid (V / 64, H_v, records): seg-0 records first, so that the CTAs past the first wave
+// are D runs, which end by the time segment 0 does). Used where K = V = 128, the workspace's cp region holds the records and 4 N H_v K V f32 states,
+// 2C <= SMs (pass 3 in one wave) and the average sequence has >= 16 chunks; else VAR & 1023 (without the model: bit
+// 2048, still only K = V = 128 with the region). VAR with 512 (4817 = 721 + 4096): where CP is not used, the overlap
+// (launch_overlap, its own model) instead of 209.
+template <int VAR>
+dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
+  using namespace dk::gdr_fused;
+  constexpr int BASE = VAR & 1023, LV = VAR & 67, SV = (VAR & 434) | 4096;  // BASE: 209, or 721 (the overlap)
+  static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
+  const DkGdrPrefillFusedParams& p = a.p;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+      cudaSuccess)
+    return dk::launch_status();
+  const int64_t N = p.num_seqs, C = N * p.h_v * (p.v_dim / kBV), per = p.h_v * p.k_dim * p.v_dim;
+  const int64_t rec_bytes = (5 * N * int64_t(sizeof(CpSeg)) + 255) / 256 * 256;
+  const uint64_t cp = (a.w.cp + 255) / 256 * 256;
+  bool ok = p.v_dim == kK && a.w.cp != 0 && 3 * N <= 65535 &&
+            a.w.cp_bytes >= int64_t(cp - a.w.cp) + rec_bytes + 4 * N * per * int64_t(sizeof(float));
+  int w0 = 1;
+  if (C < sms) w0 = int((2 * C + (sms - C) - 1) / (sms - C));
+  if ((p.variant & 2048) == 0) {
+    // Gain model: the chain shortens by one unit segment b = chunks / (w0 + 2) at ~2.3 us per chunk; the measured
+    // fixed cost of the three passes (plan, pass-1 stragglers, scan, two more launches) was ~170-230 us on the H200
+    // (session 7: 27B TP2 1 x 8192, b = 32: 0.388 -> 0.485 ms, a loss; 9B 1 x 65536, b = 256: 3.199 -> 2.842 ms).
+    const double b = double((p.num_tokens / (N > 0 ? N : 1) + 63) / 64) / double(w0 + 2);
+    ok = ok && 2 * C <= sms && w0 <= 4 && 2300.0 * b > 250000.0;
+  }
+  if (!ok) return launch_split<BASE>(a, s);
+  if (w0 < 1) w0 = 1;
+  if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
+          cudaSuccess)
+    return dk::launch_status();
+  if (a.w.nt > 0) {
+    split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), static_cast<unsigned>(p.h_k)), 128, kLpSmem, s>>>(a);
+    if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
+  }
+  CpSeg* rec = reinterpret_cast<CpSeg*>(cp);
+  float* scratch = reinterpret_cast<float*>(cp + uint64_t(rec_bytes));
+  cp_plan_kernel<<<static_cast<unsigned>((N + 127) / 128), 128, 0, s>>>(a, rec, scratch, w0);
+  if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
+  const unsigned hv = static_cast<unsigned>(p.h_v), vb = static_cast<unsigned>(p.v_dim / kBV);
+  SplitArgs a1 = a;
+  a1.cps = rec;
+  split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(3 * N)), kThreads, kWgSmem, s>>>(a1);
+  if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
+  cp_scan_kernel<<<dim3(static_cast<unsigned>(N), hv, vb), 256, 0, s>>>(a, rec);
+  if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
+  SplitArgs a2 = a;
+  a2.cps = rec + 3 * N;
+  split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(2 * N)), kThreads, kWgSmem, s>>>(a2);
+  return dk::launch_status();
+}
+
 template <int VAR>
 dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
@@ -1488,8 +1664,11 @@ dk_status split_check(const DkGdrPrefillFusedParams* p) {
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0 || p->k_dim * p->v_dim * 2 < int64_t(kStRest))
     return DK_ERR_UNSUPPORTED;
-  if (p->variant < 0 || p->variant > 4095 || (p->variant >= 1024 && (p->variant & 512) == 0))
-    return DK_ERR_INVALID_ARGUMENT;  // 1024 (force the overlap's fix-up path), 2048 (no cost model) only with 512
+  const bool cp_ovl = (p->variant & (512 | 4096)) == (512 | 4096);
+  if (p->variant < 0 || p->variant > 8191 || ((p->variant & 1024) != 0 && (p->variant & 512) == 0) ||
+      ((p->variant & 2048) != 0 && (p->variant & (512 | 4096)) == 0) || (cp_ovl && (p->variant & 3072) != 0))
+    return DK_ERR_INVALID_ARGUMENT;  // 1024 (force the overlap's fix-up path) only with 512, 2048 (no cost model)
+                                     // with 512 or 4096 (context parallelism); 512 + 4096: neither
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -1516,8 +1695,13 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs == 0) return DK_OK;
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
-  SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0};
+  SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
+  if ((p->variant & 4096) != 0) {  // context parallelism: on 209 (4305), or on 721 (4817: else the overlap)
+    if ((p->variant & 1023) == 209) return launch_cp<4096 | 209>(a, s);
+    if ((p->variant & 1023) == 721) return launch_cp<4096 | 721>(a, s);
+    return DK_ERR_INVALID_ARGUMENT;
+  }
   switch (p->variant & 1023) {
     case 0: return launch_split<0>(a, s);
     case 2: return launch_split<2>(a, s);

@@ -34,6 +34,9 @@ typedef struct DkGdrPrefillSplitWs {
   int64_t nt;
   uint64_t flags; /* variant bit 512 only (else unused, may be 0): i32 [nt * H_v + N * H_v * V / 64], 4-aligned, zeroed
                    * by the call itself (cudaMemsetAsync on the stream: graph-safe) */
+  uint64_t cp;      /* variant bit 4096 only (else unused, may be 0): scratch of cp_bytes bytes for the context-parallel
+                     * segment records (5 N x 48 bytes) and state blocks (f32 [N, 4, H_v, K, V]); too small: no CP */
+  int64_t cp_bytes;
 } DkGdrPrefillSplitWs;
 
 /** Every check dk_gdr_chunk_prefill_split_sm90 makes before it enqueues, without launching: DK_ERR_UNSUPPORTED off
@@ -56,8 +59,12 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * programmatic dependent on the SMs it leaves free, per-(chunk, value head) ready flags in ws->flags, bounded spin
  * with a fix-up launch; used when N H_v V / 64 <= SMs - 16 and a cost model expects a gain, else 209; compiled, not
  * yet run on a GPU); + 1024 (1745): the same with every state CTA aborting at its first image, i.e. the fix-up launch
- * computes the call (a test of the fallback); + 2048 (2769): without the cost model; others DK_ERR_INVALID_ARGUMENT.
- * The library default is 209. */
+ * computes the call (a test of the fallback); + 2048 (2769): without the cost model; 4305 (= 209 + 4096): context
+ * parallelism for few sequence-heads (three segments per sequence: pass 1 = segment 0 from the initial state next to
+ * segment 1's transition M and zero-start end state D, scan S2 = M S1 + D, pass 3 = segments 1 and 2; ws->cp; only
+ * K = V = 128, 2 N H_v <= SMs and a gain model (a unit segment of > ~108 chunks), else 209; session 7), 6353
+ * (= 4305 + 2048): without that model (K = V = 128 and ws->cp still required), 4817 (= 721 + 4096): 4305 where its
+ * model says so, else 721; others DK_ERR_INVALID_ARGUMENT. The library default is 209. */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

@@ -16,6 +16,8 @@
 #   4. alone: clock64 phase profiles at 27B TP1 for each run in $PROF_RUNS (split variants with bit 2)
 #   5. alone: the criterion bench (all shapes) for each run in $BENCH_RUNS
 #   6. $NCU_RUN ("label:prefill:variant:kernel-regex"): one ncu profile (launch 3 of that kernel, 27B TP1)
+#   4b. $KTIME_RUNS ("label:prefill:variant:bench-filter"): ncu GPU time of each of the first $KTIME_COUNT (14) kernel
+#      launches of that bench (e.g. the context-parallel passes: local, plan, pass 1, scan, pass 3)
 # Defaults (session 6, round 2): the default (209) against the overlap variant 721 (= 209 + 512: local pass overlapped
 # with the state kernel where N H_v V / 64 <= SMs - 16 and its cost model expects a gain; 2769 = 721 + 2048 without the
 # cost model, so that the tests' small shapes take the overlap path; 3793 = 2769 + 1024 forces its fix-up path) in
@@ -92,6 +94,16 @@ for pipe in ${PROBE_PIPES-}; do
   env $(runenv "$pipe" -) timeout 60 ncu --launch-skip 0 --launch-count 12 --metrics gpu__time_duration.sum \
     /tmp/bench_gdr_cp --bench 27b_tp1 --warm-up-time 0.05 --measurement-time 0.05 >"/tmp/ncu_$pipe.log" 2>&1
   echo "kernels under $pipe: $(grep -E 'x\([0-9]+, [0-9]+, [0-9]+\), Context' "/tmp/ncu_$pipe.log" | sed -E 's/^ +//; s/ \(.*//; s/^void //' | cut -c1-48 | sort -u | tr '\n' ' ')" >>"$out/summary.txt"
+done
+for r in ${KTIME_RUNS-}; do  # "label:prefill:variant:bench-filter": ncu per-kernel GPU times of the first calls
+  IFS=: read -r label pipe var filt <<<"$r"
+  env $(runenv "$pipe" "$var") timeout 90 ncu --launch-skip 0 --launch-count "${KTIME_COUNT:-14}" \
+    --metrics gpu__time_duration.sum /tmp/bench_gdr_cp --bench "$filt" --warm-up-time 0.05 --measurement-time 0.05 \
+    >"/tmp/ktime_$label.log" 2>&1
+  echo "=== ktime $label ($filt)" >>"$out/summary.txt"
+  grep -E 'x\([0-9]+, [0-9]+, [0-9]+\), Context|gpu__time_duration' "/tmp/ktime_$label.log" |
+    sed -E 's/^ +//; s/^void //; s/\(dk::gdr_fused::SplitArgs[^)]*\)//; s/, Context.*//; s/gpu__time_duration.sum +//' |
+    paste - - >>"$out/summary.txt"
 done
 for r in ${PROF_RUNS-}; do
   IFS=: read -r label pipe var <<<"$r"

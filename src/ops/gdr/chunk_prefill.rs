@@ -367,9 +367,13 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// with the state kernel (state kernel first, the local pass as its programmatic dependent on the
 /// free SMs, per-(chunk, value head) ready flags, bounded spin + fix-up launch; only where
 /// `N * H_v * V / 64 <= SMs - 16` and a cost model expects a gain, else as without 512; not yet
-/// run on a GPU), 1024 (with 512) = force the overlap's fix-up path, 2048 (with 512) = skip the
-/// cost model; 5, 17, 18, 24, 48, 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745,
-/// 2769, 3793 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
+/// run on a GPU), 1024 (with 512) = force the overlap's fix-up path, 2048 (with 512 or 4096) =
+/// skip the cost model, 4096 (on 209: 4305, on 721: 4817) = context parallelism for few
+/// sequence-heads (three segments per sequence; pass 1 = segment 0 next to segment 1's transition
+/// and zero-start end state, an f32 scan, pass 3 = segments 1 and 2; only `K = V = 128`,
+/// `2 N H_v <= SMs` and a gain model, else 209 (4817: else 721); 6353 = 4305 without that model;
+/// session 7); 5, 17, 18, 24, 48, 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745,
+/// 2769, 3793, 4305, 4817, 6353 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
@@ -467,8 +471,10 @@ struct PrefillFusedParams {
 }
 
 /// `DkGdrPrefillSplitWs` of `csrc/gdr/chunk_prefill_fused_sm90.h`: the split pipeline's workspace
-/// regions (chunk offsets, chunk map, stage images), the chunk capacity and the overlap variant's
-/// flags (i32 `[nt * H_v + N * H_v * V / 64]`, zeroed by the call).
+/// regions (chunk offsets, chunk map, stage images), the chunk capacity, the overlap variant's
+/// flags (i32 `[nt * H_v + N * H_v * V / 64]`, zeroed by the call) and the context-parallel
+/// variant's scratch (`cp_bytes` bytes: segment records and f32 `[N, 4, H_v, K, V]` state blocks;
+/// the W / U regions, which the split pipeline does not use otherwise).
 #[repr(C)]
 struct PrefillSplitWs {
     coff: u64,
@@ -476,6 +482,8 @@ struct PrefillSplitWs {
     img: u64,
     nt: i64,
     flags: u64,
+    cp: u64,
+    cp_bytes: i64,
 }
 
 extern "C" {
@@ -886,7 +894,17 @@ pub fn chunk_prefill(
                 check(OP, st)?;
                 // The stage images live in the per-chunk-state region h (lay.nt x H_v x K x V
                 // bf16 >= 26,880 bytes per chunk and head for K = 128, V >= 128: checked above).
-                let sws = PrefillSplitWs { coff, cseq, img: h, nt: nt64, flags: ws(lay.flags) };
+                // The context-parallel variant (bit 4096) keeps its segment records and state
+                // blocks in the W / U regions (contiguous, unused by this pipeline otherwise).
+                let sws = PrefillSplitWs {
+                    coff,
+                    cseq,
+                    img: h,
+                    nt: nt64,
+                    flags: ws(lay.flags),
+                    cp: w,
+                    cp_bytes: i64::try_from(lay.h - lay.w).unwrap_or(i64::MAX),
+                };
                 // SAFETY: as for the launches below (pointers live in the stream's context,
                 // lengths, strides and the workspace layout checked above); the local pass bounds
                 // chunk ids by nt and the state kernel clamps image indices to nt - 1.
