@@ -1443,28 +1443,41 @@ __global__ void cp_plan_kernel(const SplitArgs a, CpSeg* rec, float* scratch, in
 #endif
 }
 
-// S2 = M S1 + D for one (sequence, value head, 64 value columns): f32 FMA (K = V = 128; 2 MFLOP per CTA).
+// S2 = M S1 + D for one (sequence, value head, 64 value columns, 32 rows): f32 FMA (K = V = 128; 0.5 MFLOP per CTA,
+// grid (N, H_v, V / 64 x 4)). M's 32 rows and S1's 64 columns staged in shared memory (48 KB), 8 independent
+// accumulators per thread. (Session 7's first form, one CTA per 64 columns with one serial FMA chain of 4096 and M
+// read through L1 per FMA, is what the H200 run measured; this one is not yet run on a GPU.)
 __global__ void __launch_bounds__(256) cp_scan_kernel(const SplitArgs a, const CpSeg* rec) {
 #ifdef DK_GDR_FUSED_SM90A
-  __shared__ float sa[kK][kBV];
+  constexpr int kRows = 32;
+  __shared__ float sa[kK][kBV];    // S1 [K, 64 columns]
+  __shared__ float sm[kRows][kK];  // M rows r0 .. r0 + 31
   const DkGdrPrefillFusedParams& p = a.p;
   const int64_t n = blockIdx.x, N = p.num_seqs, V = p.v_dim;
   if ((rec[n].flags & kCpLive) == 0) return;
-  const int64_t hoff = blockIdx.y * (int64_t(kK) * V) + int64_t(blockIdx.z) * kBV;
+  const int cb = int(blockIdx.z) >> 2, r0 = (int(blockIdx.z) & 3) * kRows;
+  const int64_t head = blockIdx.y * (int64_t(kK) * V), hoff = head + int64_t(cb) * kBV;
   const float* A = rec[n].out + hoff;
-  const float* M = rec[N + n].out + blockIdx.y * (int64_t(kK) * V);
-  const float* D = rec[2 * N + n].out + hoff;
-  float* B = const_cast<float*>(rec[3 * N + N + n].in) + hoff;
-  const int tid = threadIdx.x, j = tid & 63, r0 = tid >> 6;
-  for (int i = tid; i < kK * kBV; i += 256) sa[i >> 6][i & 63] = A[int64_t(i >> 6) * V + (i & 63)];
-  __syncthreads();
-  for (int r = r0; r < kK; r += 4) {
-    const float* mr = M + int64_t(r) * V;
-    float acc = D[int64_t(r) * V + j];
+  const float* M = rec[N + n].out + head + int64_t(r0) * V;
+  const float* D = rec[2 * N + n].out + hoff + int64_t(r0) * V;
+  float* B = const_cast<float*>(rec[3 * N + N + n].in) + hoff + int64_t(r0) * V;
+  const int tid = threadIdx.x, j = tid & 63, rr = tid >> 6;
 #pragma unroll 8
-    for (int c = 0; c < kK; ++c) acc = fmaf(__ldg(mr + c), sa[c][j], acc);
-    B[int64_t(r) * V + j] = acc;
+  for (int i = tid; i < kK * kBV; i += 256) sa[i >> 6][i & 63] = __ldg(A + int64_t(i >> 6) * V + (i & 63));
+#pragma unroll 8
+  for (int i = tid; i < kRows * kK; i += 256) sm[i >> 7][i & 127] = __ldg(M + int64_t(i >> 7) * V + (i & 127));
+  __syncthreads();
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = __ldg(D + int64_t(rr + 4 * i) * V + j);
+#pragma unroll 4
+  for (int c = 0; c < kK; ++c) {
+    const float x = sa[c][j];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = fmaf(sm[rr + 4 * i][c], x, acc[i]);
   }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) B[int64_t(rr + 4 * i) * V + j] = acc[i];
 #endif
 }
 
@@ -1615,7 +1628,7 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   a1.cps = rec;
   split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(3 * N)), kThreads, kWgSmem, s>>>(a1);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
-  cp_scan_kernel<<<dim3(static_cast<unsigned>(N), hv, vb), 256, 0, s>>>(a, rec);
+  cp_scan_kernel<<<dim3(static_cast<unsigned>(N), hv, 4 * vb), 256, 0, s>>>(a, rec);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   SplitArgs a2 = a;
   a2.cps = rec + 3 * N;
