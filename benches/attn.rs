@@ -221,11 +221,11 @@ fn quick() {
         let mut out = s.alloc_zeros::<bf16>(t * hq * 256).unwrap();
         let mut kernels = vec![(PrefillKernel::Auto, "sm90")];
         if !std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1") {
-            // Tile variants besides the default (Auto: 25, session 6): 25 itself and 19 (the
-            // default before); 0-24, 28 measured before (NOTES.md).
+            // Tile variants besides the default (Auto: 30, session 7): 30 itself and 25 (the
+            // default before); 0-29, 31-35 measured before (NOTES.md).
             // DELTAKIT_BENCH_PREFILL_VARIANTS=<comma list> replaces the list.
             let list =
-                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "25,19".into());
+                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "30,25".into());
             for v in list.split(',').filter_map(|v| v.trim().parse::<u8>().ok()) {
                 kernels.push((PrefillKernel::Sm90Variant(v), VARIANT_NAMES[usize::from(v) % 36]));
             }
@@ -303,6 +303,35 @@ fn quick() {
                     }
                     let path = format!("{dir}/tl_{}_v{v}.txt", id.replace('/', "_"));
                     std::fs::write(&path, txt).unwrap();
+                    // DELTAKIT_BENCH_TIMELINE_BB=<n>: also the records of the last of n
+                    // back-to-back calls (as the timed sweep runs them; every call overwrites
+                    // every block's fields) -> tl_bb_<id>_v<variant>.txt, and the mean time per
+                    // call of those n calls (group attn_prefill_tl, not in the anchor table).
+                    let bb = std::env::var("DELTAKIT_BENCH_TIMELINE_BB")
+                        .ok()
+                        .and_then(|x| x.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    if bb > 0 {
+                        attn::prefill_sm90_timeline(0).unwrap();
+                        let secs = time(&s, bb, &mut run).as_secs_f64() / bb as f64;
+                        emit(
+                            "attn_prefill_tl",
+                            id,
+                            VARIANT_NAMES[usize::from(v) % 36],
+                            secs,
+                            *flops,
+                            "TFLOP/s",
+                        );
+                        let recs = attn::prefill_sm90_timeline(blocks).unwrap();
+                        let mut txt = String::new();
+                        for r in recs.chunks(attn::PREFILL_TIMELINE_FIELDS) {
+                            let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                            txt.push_str(&line.join(" "));
+                            txt.push('\n');
+                        }
+                        let path = format!("{dir}/tl_bb_{}_v{v}.txt", id.replace('/', "_"));
+                        std::fs::write(&path, txt).unwrap();
+                    }
                 }
             }
         }

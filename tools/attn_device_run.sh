@@ -70,9 +70,17 @@ if [[ " $steps " == *" triage "* ]]; then
     done
     good="${good#,}"
     summary+=("triage: new variants together rc=$rc; passing alone: ${good:-none}")
+    # The failed ones leave the given lists (default lists: 25 + the passing ones; 25 = the session-6 default, the baseline).
+    keep() {
+      local out="" x
+      for x in ${1//,/ }; do
+        [[ ",$NEW_VARIANTS," == *",$x,"* && ",$good," != *",$x,"* ]] || out="$out,$x"
+      done
+      echo "${out#,}"
+    }
+    export DELTAKIT_TEST_PREFILL_VARIANTS="$(keep "${DELTAKIT_TEST_PREFILL_VARIANTS:-25,$NEW_VARIANTS}")"
+    export DELTAKIT_BENCH_PREFILL_VARIANTS="$(keep "${DELTAKIT_BENCH_PREFILL_VARIANTS:-25,$NEW_VARIANTS}")"
     NEW_VARIANTS="$good"
-    export DELTAKIT_TEST_PREFILL_VARIANTS="25${good:+,$good}"
-    export DELTAKIT_BENCH_PREFILL_VARIANTS="25${good:+,$good}"
     # The bench's timeline records run 26, 33 and 35 (DELTAKIT_BENCH_TIMELINE_VARIANTS): only
     # those that passed.
     tlv=26
@@ -182,7 +190,7 @@ rows = [r for r in rows if r["id"] == "27b_tp1/8192" and r["kernel"].startswith(
 best = min(rows, key=lambda r: r["us"], default=None)
 print("" if best is None or best["kernel"] == "sm90" else best["kernel"][len("sm90v"):])' "$OUT/quick.jsonl")
   fi
-  var="${var:-25}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
+  var="${var:-30}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
   echo "ncu: prefill variant $var"
   DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER="${ATTN_NCU_FILTER:-27b_tp1/8192}" \
     DELTAKIT_BENCH_PREFILL_VARIANTS="${var:-}" \

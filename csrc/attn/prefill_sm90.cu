@@ -33,7 +33,8 @@
 // softmax, the SPLIT producer with TMA loads of full K/V tiles, the LPT block order and the
 // STAGED output, ping-pong (measured on an H200: docs/benchmarks/2026-12-01-attn-s4.md; the
 // description above is the cp.async producer of variants 0-8); since session 6 the default is
-// variant 25 = 19 with Q loaded by the V producer pair (QV below; 2026-12-01-attn-s6.md).
+// variant 25 = 19 with Q loaded by the V producer pair (QV below; 2026-12-01-attn-s6.md); since
+// session 7 variant 30 = 25 with stepped output row addresses (2026-12-01-attn-s7.md).
 // Every operand tile is stored as HD/64 column blocks of [rows][64] bf16 (128 bytes per row, the
 // 16-byte chunk index XOR-ed with row % 8: the hardware's 128-byte swizzle, blocks 1024-aligned).
 #include <cuda_bf16.h>
@@ -148,8 +149,8 @@ struct Cfg<256, VAR> {
   // launched gridDim-resident blocks later (launch index + SM count: roughly the block that starts
   // when this one ends), and the output rows are addressed by stepping (no division per row).
   // 29 = 28 + TL (measurement).
-  // 30-33 (session 6, round 2; opt-in, not yet run on a GPU): 30 = 25 + STEP -- the stepped
-  // output row addresses of 28 without its prefetch. 31 = 30 + EARLY -- ctx_lens[seq] is loaded
+  // 30-33 (session 6, round 2; on an H200 in session 7 30 became the default, 31-33 no faster):
+  // 30 = 25 + STEP -- the stepped output row addresses of 28 without its prefetch. 31 = 30 + EARLY -- ctx_lens[seq] is loaded
   // together with the cu_seqlens pair (not after the block-exists test: one dependent global
   // load less before anything else), and the K pair's first warp loads the page-table entries
   // of K tile 0 at entry (before the barrier init), so K tile 0's TMA needs no table load after
@@ -157,11 +158,11 @@ struct Cfg<256, VAR> {
   // V pair's warps first, the K pair's after issuing K tile 0; 64 arrivals per Q barrier).
   // 33 = 32 + TL (measurement; every TL variant records the Q-path stamps, fields 8-11).
   // 34 = 31 + OST -- each consumer warpgroup's staged O rows leave by TMA tensor stores (one
-  // thread issues 4 column blocks x at most 2 boxes over out viewed as (HD, G, HKV, T), box
-  // 64 x G x 1 x 64/G; the second box starts one token later at head hh0 - G so that its
-  // in-bounds lines are the rows of heads below the first row's head hh0), the rows past
-  // (64 / G) * G and warpgroups with rows past the sequence by the threads' stores as 30.
-  // 35 = 34 + TL (measurement).
+  // thread issues one box per 64-dim column block over out viewed as (HD, G, HKV, T), box
+  // 64 x G x 1 x 64/G at the first row's head hh0 and token: the rows of heads >= hh0 of the
+  // first 64/G tokens), the other rows and warpgroups with rows past the sequence by the
+  // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
+  // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || VAR >= 30;
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35;
   static constexpr bool PF = VAR == 28 || VAR == 29;
@@ -1173,6 +1174,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
                    "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)));
     }
     constexpr bool OST = Cfg<HD, VAR>::OST;
+    static_assert(!OST || Cfg<HD, VAR>::STEP, "OST skips its box rows in the stepped loop");
     // OST: the staged rows are read by the async proxy (TMA store) after the barrier.
     if constexpr (OST) fence_proxy_async();
     if (w == 0) {
@@ -1182,21 +1184,28 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
     const int t = ct % 128;
     const int c = t % 32;  // 16-byte chunk of the row
-    // OST: rows [0, lines) of this warpgroup leave by TMA stores issued by its thread 0 (only
-    // when all 64 rows lie in the sequence: the tensor map's token bound is T, not eos).
-    int lines = 0;
+    // OST: one TMA box per column block, issued by the warpgroup's thread 0, at (head hh0 of
+    // the first row, its token), box G heads x 64 / G tokens: its in-bounds lines are the rows
+    // of heads >= hh0 of the first 64 / G tokens (staged line t' G + h' = row t' G + h'); the
+    // threads store the other rows (heads < hh0, or past those tokens). Only when all 64 rows
+    // lie in the sequence (the tensor map's token bound is T, not eos). Session 7: session 6's
+    // second box (the heads below hh0 one token later, at the negative head coordinate hh0 - G)
+    // raised CUDA_ERROR_ILLEGAL_INSTRUCTION on an H200 (memcheck: that UTMASTG, not the first
+    // box's): a tensor store takes no negative coordinate.
+    bool ost_on = false;
+    int ost_h0 = 0;
+    int64_t ost_t0 = 0;
     if constexpr (OST) {
       const int64_t v0 = m0 + w * 64;
-      if (v0 + 64 <= rows_total) lines = (64 / G) * G;
-      if (lines > 0 && t == 0) {
-        const int64_t tok = v0 / G;
-        const int hh0 = int(v0 - tok * G);
-        const int ta = int(bos + tok);
+      ost_t0 = v0 / G;
+      ost_h0 = int(v0 - ost_t0 * G);
+      ost_on = v0 + 64 <= rows_total;
+      if (ost_on && t == 0) {
+        const int ta = int(bos + ost_t0);
 #pragma unroll
         for (int cb = 0; cb < HD / 64; ++cb) {
           const uint32_t src = wq + uint32_t(cb) * uint32_t(kBM * 128);
-          tma_store_4d(&a.tmap_o, src, cb * 64, hh0, int(kvh), ta);
-          if (hh0 > 0) tma_store_4d(&a.tmap_o, src, cb * 64, hh0 - G, int(kvh), ta + 1);
+          tma_store_4d(&a.tmap_o, src, cb * 64, ost_h0, int(kvh), ta);
         }
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
@@ -1208,13 +1217,23 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     const int q4 = Cfg<HD, VAR>::STEP ? 4 / G : 0;
     const int r4 = Cfg<HD, VAR>::STEP ? 4 - q4 * G : 0;
     if constexpr (QV) {
-      const int64_t vb = m0 + w * 64 + lines + t / 32;
+      const int64_t vb = m0 + w * 64 + t / 32;
       tb = vb / G;
       hb = int(vb - tb * G);
     }
 #pragma unroll 4
-    for (int rr = lines + t / 32; rr < 64; rr += 4) {
+    for (int rr = t / 32; rr < 64; rr += 4) {
       const int64_t vr = vr0 - r_lo + w * 64 + rr;  // = m0 + w * 64 + rr (vr0 is live anyway)
+      // OST: rows of the TMA box are not stored again (warp-uniform: one row per warp).
+      if (OST && ost_on && hb >= ost_h0 && tb - ost_t0 < 64 / G) {
+        tb += q4;
+        hb += r4;
+        if (hb >= G) {
+          hb -= G;
+          ++tb;
+        }
+        continue;
+      }
       const uint32_t src = wq + uint32_t(c / 8) * uint32_t(kBM * 128) + uint32_t(rr) * 128u +
                            ((uint32_t(c % 8) ^ uint32_t(rr & 7)) << 4);
       uint4 v;
@@ -1243,7 +1262,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
     if constexpr (OST) {
       // The staged rows must stay until the TMA has read them (the CTA's exit frees them).
-      if (lines > 0 && t == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+      if (ost_on && t == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     }
     if (TL && (ct == 0 || ct == 128)) tl_put(ct == 0 ? 5 : 6, gtimer());
     return;

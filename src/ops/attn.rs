@@ -444,8 +444,8 @@ pub fn prefill<I: DevicePtr<i32>>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillKernel {
     /// The sm_90a CUDA kernel where the device runs it, else Triton. At head dim 256: tile
-    /// variant 25 (split TMA producer, Q loaded by the V producer pair, ping-pong, LPT block
-    /// order, staged output; see [`PrefillKernel::Sm90Variant`]).
+    /// variant 30 (split TMA producer, Q loaded by the V producer pair, ping-pong, LPT block
+    /// order, staged output with stepped row addresses; see [`PrefillKernel::Sm90Variant`]).
     Auto,
     /// The sm_90a CUDA kernel with the ping-pong schedule of its two consumer warpgroups (they
     /// take turns issuing GEMMs), else Triton. Same results as `Auto`.
@@ -474,15 +474,17 @@ pub enum PrefillKernel {
     /// blocks per CTA); 23 measured 0.90-0.99x variant 19 on an H200 (session 5), not the
     /// default. 25: 19 with Q loaded by the V producer pair (one mbarrier per consumer
     /// warpgroup's 64 rows, row addresses stepped, not divided), so the K pair issues K tile 0
-    /// at once (the default, what `Auto` runs); 26 (= 25) and 27 (= 19) record a per-block
+    /// at once (the default of session 6); 26 (= 25) and 27 (= 19) record a per-block
     /// timeline ([`prefill_sm90_timeline`]; measurement variants); 28: 25 with an L2 prefetch of
     /// the Q rows of the block one SM count of launch indices later and output rows addressed by
-    /// stepping; 29 = 28 recording the timeline; 30-35 (opt-in, not yet measured): 30 = 25
-    /// with the output rows addressed by stepping, 31 = 30 with the sequence's context length and
+    /// stepping; 29 = 28 recording the timeline; 30 = 25 with the output rows addressed by
+    /// stepping (the default since session 7, what `Auto` runs); 31-35 (opt-in, measured no
+    /// faster than 30 on an H200, session 7): 31 = 30 with the sequence's context length and
     /// K tile 0's page-table entries loaded at entry (next to the `cu_seqlens` pair), 32 = 31 with
     /// Q loaded by all four producer warps (the K pair's after issuing K tile 0), 33 = 32
-    /// recording the timeline, 34 = 31 with the staged output rows written by TMA tensor stores,
-    /// 35 = 34 recording the timeline.
+    /// recording the timeline, 34 = 31 with the staged output rows of heads >= the first row's
+    /// head of the first 64 / G tokens written by one TMA tensor store per 64-dim column block
+    /// (the other rows by the threads), 35 = 34 recording the timeline.
     /// Same results up to rounding. Values above 35 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
@@ -496,12 +498,15 @@ pub enum PrefillKernel {
 const SM90_DEFAULT_SCHEDULE: i32 = 1;
 
 /// The sm_90a kernel's default tile configuration at head dim 256 (see
-/// [`PrefillKernel::Sm90Variant`]): 25 = 19 (7 with the split TMA producer, the ordered softmax,
-/// the LPT block order and the staged output, ping-pong) with Q loaded by the V producer pair so
-/// K tile 0 issues at once; on an H200 (2026-12-01, session 6) correct in every test,
-/// memcheck/racecheck clean, 1.01-1.27x variant 19 (2k +13-27%, 8k +6%, 32k +1%, varlen +11%),
-/// 0.97-1.37x torch SDPA at the issue-14 square shapes, 0.78x on varlen 8 x 2048, 2.0x chunked.
-const SM90_DEFAULT_VARIANT: i32 = 25;
+/// [`PrefillKernel::Sm90Variant`]): 30 = 25 (19 -- 7 with the split TMA producer, the ordered
+/// softmax, the LPT block order and the staged output, ping-pong -- with Q loaded by the V
+/// producer pair so K tile 0 issues at once) with the output rows addressed by stepping instead
+/// of a division per row. On an H200 (2026-12-01, session 7, docs/benchmarks/2026-12-01-attn-s7.md)
+/// correct in every test, memcheck/racecheck clean; against 25 in the same runs: varlen 8 x 2048
+/// +0.1% / +1.5%, the square shapes within -0.1..+1% (best of two samples), epilogue -0.21 us per
+/// row block; 0.94-1.37x torch SDPA at the issue-14 square shapes, 0.80x on varlen, 2.1x chunked.
+/// (25 was the default in session 6.)
+const SM90_DEFAULT_VARIANT: i32 = 30;
 
 /// Words per row block in [`prefill_sm90_timeline`].
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
