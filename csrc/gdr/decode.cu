@@ -1205,15 +1205,17 @@ constexpr int64_t kSlMinHeads = 768;
 // register tile (BV = 128, 4 warps, 3 CTAs/SM) for every K = V = 128 call (any T, any batch; measured
 // 6-16% ahead of FLA at T = 4); "reg_pre_bv128" = "reg_pre" for T = 1 and the whole-head PRE tile for
 // T > 1 with >= 256 (row, head) pairs (K = V = 128; a candidate default); "reg_fg" = the same tiles with the FG kernels (PRE + gating /
-// norm math through the hardware approximations; a candidate default); "sl_bv64_nw1", "sl_bv64_nw2" = the
-// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 warps) for every K = V = 128 call (other
-// K, V: the default dispatch); "reg_tiles" = the default without its sl route (the register-tile dispatch that
-// was the default until 2026-12-01 session 5). Small head dims are unaffected. (A cluster split-K kernel,
+// norm math through the hardware approximations; a candidate default); "sl_bv64_nw1", "sl_bv64_nw2", "sl_bv64_nw4" = the
+// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 / 4 warps; nw4: 5 CTAs/SM = 20 warps, not yet
+// measured) for every K = V = 128 call (other K, V: the default dispatch); "reg_tiles" = the default without its
+// sl route (the register-tile dispatch that was the default until 2026-12-01 session 5); "ps_bv64_nw2_s2",
+// "ps_bv64_nw2_s3", "ps_bv64_nw4_s3", "ps_bv128_nw4_s3" = the persistent ring kernel (decode_ps_kernel; measured
+// slower, session 7) for every K = V = 128 call. Small head dims are unaffected. (A cluster split-K kernel,
 // "cl*_nw*", measured 1.03-2x slower on an H200 and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md.)
 // For tests and measurements.
 enum class Path {
   kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
-  kSl64Nw1, kSl64Nw2, kRegTiles, kPs64Nw2S2, kPs64Nw2S3, kPs64Nw4S3, kPs128Nw4S3
+  kSl64Nw1, kSl64Nw2, kSl64Nw4, kRegTiles, kPs64Nw2S2, kPs64Nw2S3, kPs64Nw4S3, kPs128Nw4S3
 };
 
 inline Path path_selected() {
@@ -1232,6 +1234,7 @@ inline Path path_selected() {
     if (std::strcmp(e, "reg_exact") == 0) return Path::kRegExact;
     if (std::strcmp(e, "sl_bv64_nw1") == 0) return Path::kSl64Nw1;
     if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
+    if (std::strcmp(e, "sl_bv64_nw4") == 0) return Path::kSl64Nw4;
     if (std::strcmp(e, "reg_tiles") == 0) return Path::kRegTiles;
     if (std::strcmp(e, "ps_bv64_nw2_s2") == 0) return Path::kPs64Nw2S2;
     if (std::strcmp(e, "ps_bv64_nw2_s3") == 0) return Path::kPs64Nw2S3;
@@ -1284,9 +1287,10 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
     return launch_reg<K, V>(a, l2, stream);
   }
   if (path == Path::kReg) return launch_reg<K, V>(a, l2, stream);
-  if (path == Path::kSl64Nw1 || path == Path::kSl64Nw2) {
+  if (path == Path::kSl64Nw1 || path == Path::kSl64Nw2 || path == Path::kSl64Nw4) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kSl64Nw1) return launch_sl<K, V, 64, 1>(a, l2, stream);
+      if (path == Path::kSl64Nw4) return launch_sl<K, V, 64, 4, 5>(a, l2, stream);
       return launch_sl<K, V, 64, 2, 5>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch

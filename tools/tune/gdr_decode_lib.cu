@@ -331,12 +331,16 @@ const Cfg kCfgs[] = {
     {"sl_bv64_nw2_m5", launch_sl<128, 128, 64, 2, 5>},
     {"sl_bv32_nw1_m11", launch_sl<128, 128, 32, 1, 11>},
     {"sl_bv32_nw2_m6", launch_sl<128, 128, 32, 2, 6>},
+    // Session 7 (prepared after the call, not yet measured): more resident warps per SM for the same tile bytes.
+    {"sl_bv64_nw4_m5", launch_sl<128, 128, 64, 4, 5>},
+    {"sl_bv128_nw8", launch_sl<128, 128, 128, 8>},
     // Persistent shared-memory ring kernel (csrc/gdr/decode.cu decode_ps_kernel): ps_bv<BV>_nw<NW>_s<NS stages>.
     {"ps_bv64_nw2_s2", launch_ps<128, 128, 64, 2, 2>},
     {"ps_bv64_nw2_s3", launch_ps<128, 128, 64, 2, 3>},
     {"ps_bv64_nw4_s3", launch_ps<128, 128, 64, 4, 3>},
     {"ps_bv64_nw1_s3", launch_ps<128, 128, 64, 1, 3>},
     {"ps_bv128_nw4_s3", launch_ps<128, 128, 128, 4, 3>},
+    {"ps_bv64_nw8_s2", launch_ps<128, 128, 64, 8, 2>},  // session 7, prepared after the call, not yet measured
     // bv64_nw2_pre_fg with %globaltimer stamps (timeline; dk_tune_gdr_decode_prof).
     {"prof_bv64_nw2_pre_fg", launch_prof<128, 128, 64, 2>},
     // TMA-fed persistent kernel (csrc/gdr/decode.cu decode_tma_kernel): tma_bv<BV>_nw<NW>_s<NS stages>[_ef].

@@ -61,8 +61,13 @@ pub struct DecodeStrides {
 /// 128`), `reg_pre` / `reg_bv128` / `reg_pre_bv128` / `reg_fg` (measurement variants, `K = V =
 /// 128`: the exact first-input-ahead kernel with the earlier dispatch / the whole-head tile for
 /// every call / whole-head tiles for `T > 1` from 256 pairs, exact or approximate), `reg_tiles`
-/// (the default without its shared-memory route), `sl_bv64_nw1` / `sl_bv64_nw2` (the shared-memory
-/// tile, 1 / 2 warps, for every `K = V = 128` call), or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
+/// (the default without its shared-memory route), `sl_bv64_nw1` / `sl_bv64_nw2` / `sl_bv64_nw4` (the
+/// shared-memory tile, 1 / 2 / 4 warps, for every `K = V = 128` call), `ps_bv64_nw2_s2` /
+/// `ps_bv64_nw2_s3` / `ps_bv64_nw4_s3` / `ps_bv128_nw4_s3` (a persistent kernel whose CTAs walk the
+/// tiles through a 2- or 3-stage shared-memory ring, the next tiles' state and the next token's
+/// inputs in flight while one computes, for every `K = V = 128` call; 3-11% slower than the
+/// shared-memory tile on an H200; `DELTAKIT_GDR_DECODE_PS_GRID=N` caps its grid, for tests),
+/// or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
 /// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles
 /// into shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128}
 /// (passes the same tests; 1.2-1.5x slower on an H200). Unset or any other value: the default. The
