@@ -11,6 +11,9 @@
 //! `DELTAKIT_BENCH_FILTER=<substring>` keeps the prefill shapes whose id contains it (and no decode);
 //! `DELTAKIT_BENCH_PART=prefill|decode` runs one half; the decode half times each sm_90 tile variant
 //! and the Triton kernel at several split counts (`DELTAKIT_BENCH_DECODE_FILTER` keeps some shapes).
+//! Prefill quick times are the mean of back-to-back calls over ~100 ms; the default kernel is also
+//! timed under triton `do_bench`'s protocol (L2 flush before each call, median; JSON group
+//! `attn_prefill_db`, `DELTAKIT_BENCH_DOBENCH=0|1|all`), the protocol of the SDPA anchor.
 #![allow(missing_docs)] // criterion_group! generates undocumented public items
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use deltakit::cudarc::driver::{CudaSlice, CudaStream};
@@ -159,6 +162,51 @@ fn quick_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> f64 {
     time(s, iters, f).as_secs_f64() / iters as f64
 }
 
+/// Median time of one call of `f` under `triton.testing.do_bench`'s protocol (what
+/// `tools/bench_attn_anchors.py` times torch SDPA with): `f` once, an estimate over 5 calls each
+/// after an L2 flush (a 256 MB `memset` of `flush`), `max(1, 10 ms / est)` warm-up calls back to
+/// back, then `max(1, 60 ms / est)` calls, each after a flush, each timed alone by a pair of CUDA
+/// events recorded between the flush and the call; the median of those times (mean of the two
+/// middle ones for an even count, as torch.quantile). Warm-up 10 ms / rep 60 ms are the anchor
+/// script's arguments.
+fn dobench_time(
+    ctx: &Arc<deltakit::cudarc::driver::CudaContext>,
+    s: &Arc<CudaStream>,
+    flush: &mut CudaSlice<i32>,
+    mut f: impl FnMut(),
+) -> f64 {
+    use deltakit::cudarc::driver::sys::CUevent_flags;
+    let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
+    f();
+    s.synchronize().unwrap();
+    let (e0, e1) = (ev(), ev());
+    e0.record(s).unwrap();
+    for _ in 0..5 {
+        s.memset_zeros(flush).unwrap();
+        f();
+    }
+    e1.record(s).unwrap();
+    let est = f64::from(e0.elapsed_ms(&e1).unwrap()) / 5.0;
+    let n_warmup = ((10.0 / est) as usize).max(1);
+    let n_rep = ((60.0 / est) as usize).max(1);
+    for _ in 0..n_warmup {
+        f();
+    }
+    let evs: Vec<_> = (0..n_rep).map(|_| (ev(), ev())).collect();
+    for (a, b) in &evs {
+        s.memset_zeros(flush).unwrap();
+        a.record(s).unwrap();
+        f();
+        b.record(s).unwrap();
+    }
+    s.synchronize().unwrap();
+    let mut ms: Vec<f64> = evs.iter().map(|(a, b)| f64::from(a.elapsed_ms(b).unwrap())).collect();
+    ms.sort_by(f64::total_cmp);
+    let m = ms.len();
+    let med = if m % 2 == 1 { ms[m / 2] } else { 0.5 * (ms[m / 2 - 1] + ms[m / 2]) };
+    med * 1e-3
+}
+
 /// Bench names of the sm_90a prefill tile variants (`PrefillKernel::Sm90Variant`).
 const VARIANT_NAMES: [&str; 36] = [
     "sm90v0", "sm90v1", "sm90v2", "sm90v3", "sm90v4", "sm90v5", "sm90v6", "sm90v7", "sm90v8",
@@ -251,12 +299,30 @@ fn quick() {
             )
             .unwrap();
         });
-        for (k, kname) in kernels {
+        for &(k, kname) in &kernels {
             let secs = quick_time(&s, || {
                 attn::prefill_with(k, &s, &q, &kc, &vc, dims, hb.kv, &batch, None, &mut out)
                     .unwrap();
             });
             emit("attn_prefill", id, kname, secs, *flops, "TFLOP/s");
+        }
+        // The anchor's protocol (triton do_bench: L2 flush before each call, median of single
+        // calls; `dobench_time`) for the default (`DELTAKIT_BENCH_DOBENCH` unset or `1`), every
+        // sm90 kernel of the sweep (`all`) or none (`0`): group attn_prefill_db, same kernel
+        // names; tools/bench_attn_anchors.py puts them beside SDPA under the same protocol.
+        let db = std::env::var("DELTAKIT_BENCH_DOBENCH").unwrap_or_else(|_| "1".into());
+        if db != "0" {
+            let mut flush = s.alloc_zeros::<i32>(64 << 20).unwrap();
+            for &(k, kname) in &kernels {
+                if kname == "triton" || (db != "all" && kname != "sm90") {
+                    continue;
+                }
+                let secs = dobench_time(&ctx, &s, &mut flush, || {
+                    attn::prefill_with(k, &s, &q, &kc, &vc, dims, hb.kv, &batch, None, &mut out)
+                        .unwrap();
+                });
+                emit("attn_prefill_db", id, kname, secs, *flops, "TFLOP/s");
+            }
         }
         // DELTAKIT_BENCH_TIMELINE=<dir>: one recorded launch of each timeline variant (26 = 25,
         // 33 = 32, 35 = 34; 27 = 19 and 29 = 28 measured in session 6; after 3 warm-up calls)

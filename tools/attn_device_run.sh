@@ -15,6 +15,9 @@
 #                                        # leaves a variant that hangs or fails out of every
 #                                        # later step (tests, sanitizers, bench)
 # DELTAKIT_BENCH_PART=decode (or prefill) runs half of the bench sweep.
+# Timing protocols: table.md ends with a "protocol parity" table: the default kernel (every sm90
+# kernel with DELTAKIT_BENCH_DOBENCH=all, none with 0) and SDPA each under both the back-to-back
+# quick protocol and triton do_bench's (L2 flush + median), ratio per protocol.
 # ATTN_TIMELINE=1 (bench step): the timeline variants' per-block records (prefill 26 / 33 / 35 unless
 # DELTAKIT_BENCH_TIMELINE_VARIANTS says otherwise, 12 fields with the Q-path stamps; decode 12;
 # benches/attn.rs DELTAKIT_BENCH_TIMELINE) summarized into $OUT/timeline.txt, raw in tl.tgz.
@@ -136,7 +139,7 @@ if [[ " $steps " == *" bench "* ]]; then
     tar czf "$OUT/tl.tgz" -C "$OUT" tl && rm -rf "$OUT/tl"
   fi
   t0=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout 90 python3 tools/bench_attn_anchors.py --deltakit "$OUT/quick.jsonl" \
+  PYTHONUNBUFFERED=1 timeout "${ANCHOR_TIMEOUT:-120}" python3 tools/bench_attn_anchors.py --deltakit "$OUT/quick.jsonl" \
     --out "$OUT/table.md" >"$OUT/anchors.log" 2>&1
   rc=$?
   summary+=("anchors rc=$rc ($(( $(date +%s) - t0 ))s)")

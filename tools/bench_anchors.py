@@ -109,6 +109,8 @@ def anchors():
             rows.append(Anchor("decode", "FLA", f"decode {name} batch {n}", "gdr_decode", f"{name}/batch{n}",
                                2.0 * n * hv * 128 * 128 * 4, "GB/s", _decode_builder(hk, hv, n)))
     # attn.prefill (benches/attn.rs): group attn_prefill, ids <name>/<T>; hd 256, one causal sequence.
+    # Protocols differ here (criterion: back-to-back calls; SDPA: do_bench, L2 flush + median); the
+    # like-for-like attention ratios (both protocols) come from tools/bench_attn_anchors.py.
     for name, hq, hkv in [("27b_tp1", 24, 4), ("27b_tp2", 12, 2)]:
         for t in (2048, 8192):
             rows.append(Anchor("attn", "torch SDPA", f"attn prefill {name} {hq}/{hkv} T={t}", "attn_prefill",
