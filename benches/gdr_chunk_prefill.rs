@@ -23,17 +23,69 @@ const SHAPES: [(&str, usize, usize, usize, usize); 4] = [
     ("9b_16x32", 16, 32, 1, 65536),
 ];
 
+/// Options of criterion's command line that take a value (skipped when looking for the filter).
+const VALUED: [&str; 17] = [
+    "--warm-up-time",
+    "--measurement-time",
+    "--sample-size",
+    "--save-baseline",
+    "--baseline",
+    "--baseline-lenient",
+    "--load-baseline",
+    "--profile-time",
+    "--output-format",
+    "--color",
+    "--noise-threshold",
+    "--confidence-level",
+    "--significance-level",
+    "--nresamples",
+    "--plotting-backend",
+    "--format",
+    "--logfile",
+];
+
+/// Criterion's positional filter (`--bench FILTER`) when it is a plain substring (ASCII letters, digits, `_`, `/`):
+/// a shape whose id does not contain it would not run, so its inputs (up to ~1 GB, seconds per process) are not
+/// built either. Anything else (a regex): `None`, every shape is built.
+fn plain_filter() -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if VALUED.contains(&a.as_str()) {
+            args.next();
+        } else if !a.starts_with('-') {
+            let plain = a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/');
+            return plain.then_some(a);
+        }
+    }
+    None
+}
+
+/// Deterministic, non-trivial values: a ramp over 509 distinct bf16 values, element i = ((i % 509) / 254 - 1) *
+/// scale (one period converted, then copied).
+fn ramp(count: usize, scale: f32) -> Vec<bf16> {
+    let period: Vec<bf16> =
+        (0..509).map(|i| bf16::from_f32((i as f32 / 254.0 - 1.0) * scale)).collect();
+    let mut v = Vec::with_capacity(count);
+    while v.len() + period.len() <= count {
+        v.extend_from_slice(&period);
+    }
+    let rest = count - v.len();
+    v.extend_from_slice(&period[..rest]);
+    v
+}
+
 fn benches(c: &mut Criterion) {
     let Some(ctx) = deltakit::testing::gpu_or_skip("benches/gdr_chunk_prefill") else { return };
     let stream = ctx.default_stream();
+    let filter = plain_filter();
     let mut grp = c.benchmark_group("gdr_chunk_prefill");
     for (name, h_k, h_v, n, len) in SHAPES {
+        let id = format!("gdr_chunk_prefill/{name}/{n}x{len}");
+        if filter.as_deref().is_some_and(|f| !id.contains(f)) {
+            continue;
+        }
         let d = GdrDims { h_k, h_v, k: 128, v: 128 };
         let t = n * len;
-        // Deterministic, non-trivial values (a ramp over a few hundred distinct bf16 values).
-        let ramp = |count: usize, scale: f32| -> Vec<bf16> {
-            (0..count).map(|i| bf16::from_f32(((i % 509) as f32 / 254.0 - 1.0) * scale)).collect()
-        };
         let q = stream.clone_htod(&ramp(t * h_k * 128, 1.0)).unwrap();
         let k = stream.clone_htod(&ramp(t * h_k * 128 + 7, 1.0)).unwrap();
         let v = stream.clone_htod(&ramp(t * h_v * 128, 1.0)).unwrap();
