@@ -44,6 +44,7 @@
 #include <cuda.h>  // CUtensorMap and its enums (the encoder is fetched from the driver at run time)
 
 #include <atomic>
+#include <type_traits>
 
 #include "../common/launch.cuh"
 #include "sm90_wgmma.cuh"
@@ -113,8 +114,14 @@ constexpr int kBM = 128;
 //      OVERLAP of a block's direct output with the next block's first QK^T; on an H200 still
 //      55-75 R2UR per tile, 176-192 B spills, varlen 8 x 2048 at 0.88x / 0.62x variant 19.)
 // PROD_REGS / CONS_REGS: the setmaxnreg targets (128 * PROD + 256 * CONS <= 64K registers).
-// Dispatched: 0-35.
-constexpr int kVariants = 36;
+//  36 (session 7, round 2): 23 whose consumers run each block's tile loop from a compile-time
+//      start stage: the block body is instantiated for ring stage 0 and 1 and picked by the
+//      parity of the tiles before it (a branch between blocks, no wgmma in flight there), so
+//      the K/V stage of tile j is (S0 + j) % 2 of the block's own loop counter, not of the ring
+//      position carried through the block loop: the wgmma descriptors stay uniform as in the
+//      one-block-per-CTA kernels (23 took them through R2UR: 7-10% slower at 8k/32k).
+// Dispatched: 0-36.
+constexpr int kVariants = 37;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -137,7 +144,8 @@ struct Cfg<256, VAR> {
   static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20 || VAR >= 23;
   static constexpr bool STAGED = VAR >= 19;
   // 23/24: the persistent kernel (prefill_persist_kernel); 24 at most 8 CTAs (a test variant).
-  static constexpr bool PERSIST = VAR == 23 || VAR == 24;
+  // 36 (session 7, round 2): 23 with a compile-time start stage per block (S0T below).
+  static constexpr bool PERSIST = VAR == 23 || VAR == 24 || VAR == 36;
   static constexpr bool CAP8 = VAR == 24;
   // 25-27 (session 6; the ids of session 5's removed PHANTOM / OVERLAP variants reused), all
   // variant 19 plus -- 25/26: QV -- Q loaded by the V producer pair (warp 2: the rows of consumer
@@ -163,7 +171,8 @@ struct Cfg<256, VAR> {
   // first 64/G tokens), the other rows and warpgroups with rows past the sequence by the
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
-  static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || VAR >= 30;
+  static constexpr bool QV =
+      VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || (VAR >= 30 && VAR != 36);
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
@@ -247,6 +256,7 @@ static_assert(smem_bytes<256, 3>() <= 227 * 1024, "3 stages of BN 48 fit");
 static_assert(smem_bytes<256, 15>() <= 227 * 1024, "BN 80 + the order-point scratch fit");
 static_assert(smem_bytes<256, 23>() <= 227 * 1024, "+ the persistent kernel's Q barriers fit");
 static_assert(smem_bytes<256, 26>() <= 227 * 1024, "+ the second Q barrier fits");
+static_assert(smem_bytes<256, 36>() <= 227 * 1024, "36: the persistent kernel's layout");
 
 struct Args {
   DkAttnPrefillSm90Params p;
@@ -1301,6 +1311,17 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 //   the block's Q rows into L2 (bulk prefetch per token) when it starts the block's tiles;
 // - the ping-pong turns run on across blocks (warpgroup 1 opens once, warpgroup 0 closes once).
 // Padding sequences' rows are zeroed by the consumers; empty entries are skipped by every role.
+// 36 (S0T): the same protocol; only the consumers' stage arithmetic differs. Session 5's 23 lost
+// 7-10% at 8k/32k because inside the block loop ptxas kept the tile counter (and so the ring
+// stage (gt + j) % 2) in a vector register and every K/V wgmma descriptor went through R2UR
+// (82 per tile vs 34 in 19; 784 instructions per tile vs 653, 4 LDL in the loop). 36 picks the
+// block body by the parity of the tiles before it (two instantiations, S0 = 0 / 1; the branch
+// sits between blocks, where no wgmma is in flight) and unrolls the steady loop by two with an
+// exit test before each step, so each copy's stages are constants; the stage addresses are
+// opaque to NVVM (else it hoisted all 16 K descriptors of each copy out of the loop: spills).
+// nvcc 13.0 (tools/attn_sass.sh 36): steady loop 661 / 681 instructions and 38 / 36 R2UR per
+// tile in the two copies (30: 653 / 34), no local memory in it; 120 B of spill stores at block
+// transitions (23: 100 B).
 #ifdef DK_ATTN_SM90A
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
@@ -1563,6 +1584,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (w == 1) turn_pass();
   uint32_t gt = 0;
   uint32_t nq = 0;
+  // 36: the block body per compile-time start stage (see run_block).
+  constexpr bool S0T = VAR == 36;
+  static_assert(!S0T || ST == 2, "two start stages");
 #pragma unroll 1
   for (uint32_t k = 0;; ++k) {
     const int kind = block_of(k);
@@ -1572,6 +1596,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       zero_rows();
       continue;
     }
+    // The block's body; S0T (36): instantiated per start stage S0 = gt % ST (ST = 2), so the
+    // stage of tile j is (S0 + j) % ST from the block's own loop counter (uniform descriptors).
+    auto run_block = [&](auto s0c) {
+    constexpr uint32_t S0 = decltype(s0c)::value;
+    auto stage_of = [&](int j) -> int {
+      return S0T ? int((S0 + uint32_t(j)) % ST) : int((gt + uint32_t(j)) % ST);
+    };
     const int tok_lo = m0 / G;
     const int tok_hi = min(m0 + kBM - 1, rows_total - 1) / G;
     const int kv_end = ctx + tok_hi + 1;
@@ -1589,16 +1620,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     float m_0 = -INFINITY, m_1 = -INFINITY, l_0 = 0.f, l_1 = 0.f;
     float pal0 = 1.f, pal1 = 1.f;  // the pending O rescale of the next PV product
 
-    auto issue_qk = [&](int j) {
+    // `st` = stage_of(j); S0T passes it as a compile-time value of the unrolled loop below.
+    auto issue_qk = [&](int j, int st) {
       const uint32_t g = gt + uint32_t(j);
-      const int st = int(g % ST);
       mbar_wait(full_k(st), (g / ST) & 1u);
       if ((j + 1) * BN > kv_end) fence_proxy_async();  // cp.async (partial) tile
       // The stage address rebuilt from the shared-memory window here (a uniform value): kept
       // from the kernel's start through the block loop it lived in a vector register and every
       // wgmma descriptor went through R2UR.
       const uint32_t kv0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
-      const uint64_t dk = make_desc(kv0 + uint32_t(2 * st) * TILE, 16, 1024);
+      uint32_t kb = kv0 + uint32_t(2 * st) * TILE;
+      // S0T: opaque stage address (as the Q descriptor's copy): with constant stages, NVVM
+      // hoisted the 16 K descriptors of each unrolled copy out of the loop (spilled).
+      if constexpr (S0T) asm volatile("" : "+r"(kb));
+      const uint64_t dk = make_desc(kb, 16, 1024);
       uint64_t dqv = dq;
       asm volatile("" : "+l"(dqv));
       wgmma_fence();
@@ -1614,13 +1649,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_commit();
     };
-    auto issue_pv = [&](int j) {
+    auto issue_pv = [&](int j, int st) {
       const uint32_t g = gt + uint32_t(j);
-      const int st = int(g % ST);
       mbar_wait(full_v(st), (g / ST) & 1u);
       if ((j + 1) * BN > kv_end) fence_proxy_async();
       const uint32_t kv0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2;
-      const uint64_t dv = make_desc(kv0 + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
+      uint32_t vb = kv0 + uint32_t(2 * st + 1) * TILE;
+      if constexpr (S0T) asm volatile("" : "+r"(vb));
+      const uint64_t dv = make_desc(vb, BN * 128, 1024);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -1692,11 +1728,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(full_q(w), nq & 1u);
     fence_proxy_async();
     turn_wait();
-    issue_qk(0);
+    issue_qk(0, stage_of(0));
     turn_pass();
     wgmma_wait<0>();
     fence_regs(s);
-    mbar_arrive(empty_k(int(gt % ST)));
+    mbar_arrive(empty_k(stage_of(0)));
     {
       float mn0 = m_0, mn1 = m_1, ls0, ls1;
       softmax(0, mn0, mn1, ls0, ls1);
@@ -1706,17 +1742,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_1 = ls1;
       take_p();
     }
-#pragma unroll 1
-    for (int j = 0; j + 1 < n_tiles; ++j) {
+    // One step: QK^T of tile j + 1 (stage sn) and PV of tile j (stage sc) in flight together.
+    auto step = [&](int j, int sn, int sc) {
       turn_wait();
-      issue_qk(j + 1);
+      issue_qk(j + 1, sn);
       rescale_o(pal0, pal1);
-      issue_pv(j);
+      issue_pv(j, sc);
       turn_pass();
       float mn0 = m_0, mn1 = m_1, ls0, ls1;
       wgmma_wait<1>();
       fence_regs(s);
-      mbar_arrive(empty_k(int((gt + uint32_t(j) + 1u) % ST)));
+      mbar_arrive(empty_k(sn));
       softmax(j + 1, mn0, mn1, ls0, ls1);
       pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
       pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
@@ -1729,16 +1765,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(pa);
-      mbar_arrive(empty_v(int((gt + uint32_t(j)) % ST)));
+      mbar_arrive(empty_v(sc));
       take_p();
+    };
+    if constexpr (S0T) {
+      // Unrolled by two with an exit test before each step: each copy's stages are constants
+      // (S0 + 1, S0, then S0, S0 + 1 mod 2) and every exit leaves no wgmma in flight. (A plain
+      // loop keeps j -- and with it the stage -- in a vector register inside the block loop.)
+      int j = 0;
+#pragma unroll 1
+      for (;;) {
+        if (j + 1 >= n_tiles) break;
+        step(j, int((S0 + 1) % ST), int(S0));
+        ++j;
+        if (j + 1 >= n_tiles) break;
+        step(j, int(S0), int((S0 + 1) % ST));
+        ++j;
+      }
+    } else {
+#pragma unroll 1
+      for (int j = 0; j + 1 < n_tiles; ++j) step(j, stage_of(j + 1), stage_of(j));
     }
     turn_wait();
     rescale_o(pal0, pal1);
-    issue_pv(n_tiles - 1);
+    issue_pv(n_tiles - 1, stage_of(n_tiles - 1));
     turn_pass();
     wgmma_wait<0>();
     fence_regs(o);
-    mbar_arrive(empty_v(int((gt + uint32_t(n_tiles) - 1u) % ST)));
+    mbar_arrive(empty_v(stage_of(n_tiles - 1)));
     l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
     l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
     l_1 += __shfl_xor_sync(0xffffffffu, l_1, 1);
@@ -1792,6 +1846,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_arrive(empty_q(w));
     gt += uint32_t(n_tiles);
     ++nq;
+    };
+    // (Between blocks every wgmma group of this warpgroup is complete: the branch merges with
+    // none in flight.)
+    if (S0T && (gt % ST) != 0) {
+      run_block(std::integral_constant<uint32_t, 1>{});
+    } else {
+      run_block(std::integral_constant<uint32_t, 0>{});
+    }
   }
   if (w == 0) turn_wait();
 #elif defined(__CUDA_ARCH__)
@@ -2069,6 +2131,8 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 34>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 35:
           return p->scale > 0.f ? a::launch<256, true, 35>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 36:
+          return p->scale > 0.f ? a::launch<256, true, 36>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

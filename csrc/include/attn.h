@@ -109,10 +109,11 @@ typedef struct DkAttnPrefillSm90Params {
    * addresses, 31 = 30 with ctx_lens and K tile 0's page-table entries loaded at entry, 32 = 31
    * with Q loaded by all four producer warps, 33 = 32 recording the timeline, 34 = 31 with the
    * staged output rows of heads >= the first row's head (first 64 / G tokens) written by TMA
-   * tensor stores, 35 = 34 recording the timeline (31-35 opt-in).
+   * tensor stores, 35 = 34 recording the timeline (31-35 opt-in); 36 = 23 with each block's
+   * tile loop run from a compile-time start stage (uniform wgmma descriptors; opt-in).
    * The safe wrapper's default: 30 (session 7; 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-35 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=35:
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-36 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=36:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;

@@ -484,8 +484,11 @@ pub enum PrefillKernel {
     /// Q loaded by all four producer warps (the K pair's after issuing K tile 0), 33 = 32
     /// recording the timeline, 34 = 31 with the staged output rows of heads >= the first row's
     /// head of the first 64 / G tokens written by one TMA tensor store per 64-dim column block
-    /// (the other rows by the threads), 35 = 34 recording the timeline.
-    /// Same results up to rounding. Values above 35 are rejected ([`crate::Error::Shape`] naming
+    /// (the other rows by the threads), 35 = 34 recording the timeline. 36 (opt-in, not yet run on
+    /// a GPU): 23 whose consumers run each block's tile loop from a compile-time start stage
+    /// (the block body instantiated for ring stage 0 and 1, the steady loop unrolled by two), so
+    /// the wgmma descriptors stay uniform as in the one-block-per-CTA kernels.
+    /// Same results up to rounding. Values above 36 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -540,7 +543,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 35;
+const SM90_MAX_VARIANT: u8 = 36;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -564,7 +567,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=35", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=36", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
