@@ -928,6 +928,16 @@ constexpr uint32_t kWgStage = 67 * 1024;                    // [K panels 16 KB |
 constexpr uint32_t kWgOO = kSpNs * kWgStage;                // output staging, 4 x bf16 [64][16]
 constexpr uint32_t kWgSmem = kWgOO + 4 * 64 * 32 + 1024;    // + alignment slack: 215,040
 static_assert(kInBytes + kStRest <= kWgStage && kWgSmem <= 232448, "wgmma split shared memory plan");
+// Pair variant (bit 8192): one CTA per (sequence, value head, 128 value columns) = two state warpgroups (warps 0-3: columns
+// 0..63, warps 4-7: 64..127 of the block) sharing each chunk's K / Q panels and image, loaders = warps 8-11. Stage [K
+// panels 16 KB | Q panels 16 KB | V tile of warpgroup 0 8 KB | of warpgroup 1 8 KB | image]; two stages (three do not
+// fit beside the 16 KB output staging); setmaxnreg: 232 registers for the state warpgroups, 40 for the loaders.
+constexpr uint32_t kWg2In = 49152;                          // K 16 KB + Q 16 KB + 2 x V 8 KB
+constexpr uint32_t kWg2Stage = 75 * 1024;                   // 76,800 >= 49,152 + 26,880
+constexpr int kWg2Ns = 2;
+constexpr uint32_t kWg2OO = kWg2Ns * kWg2Stage;             // output staging, 8 x bf16 [64][16]
+constexpr uint32_t kWg2Smem = kWg2OO + 8 * 64 * 32 + 1024;  // + alignment slack: 171,008
+static_assert(kWg2In + kStRest <= kWg2Stage && kWg2Smem <= 232448, "pair split shared memory plan");
 
 __device__ long long g_split_wg_prof[9];
 __global__ void split_wg_prof_print() {
@@ -941,9 +951,18 @@ __global__ void split_wg_prof_print() {
 }
 
 template <int VAR>
-__global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs args) {
+__global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_wg_kernel(const SplitArgs args) {
 #ifdef DK_GDR_FUSED_SM90A
   constexpr bool kProf = (VAR & 2) != 0, kAhead = (VAR & 32) != 0, kChain = (VAR & 128) != 0;
+  // kPair (VAR & 8192): two state warpgroups per CTA (both 64-column halves of 128 value columns), see kWg2Stage.
+  constexpr bool kPair = (VAR & 8192) != 0;
+  static_assert(!kPair || (kChain && (VAR & (2 | 32 | 4096)) == 0), "pair: chain variant, plain or overlap launch");
+  constexpr int kNT = kPair ? 384 : kThreads;     // threads
+  constexpr int kSW = kPair ? 8 : 4;              // state warps (loaders: warps kSW .. kSW + 3)
+  constexpr int kNs = kPair ? kWg2Ns : kSpNs;     // stages
+  constexpr uint32_t kStg = kPair ? kWg2Stage : kWgStage, kIn = kPair ? kWg2In : kInBytes;
+  constexpr uint32_t kOO = kPair ? kWg2OO : kWgOO;
+  constexpr int kCols = kPair ? 2 * kBV : kBV;    // value columns per CTA
   // kLo: the bf16 lo-part products (S_lo K^T, E_hi Tb_lo, E_lo Tb_hi, (v kdec)_lo K); without them (VAR & 256, a
   // measurement of the tensor work's share only: below the contract's precision) one bf16 product each.
   constexpr bool kLo = (VAR & 256) == 0;
@@ -990,7 +1009,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   // are the last records' (pass 1: segment 1's D runs, the shortest).
   const int64_t seq = kCp ? blockIdx.z : blockIdx.x;
   const int hv = blockIdx.y;
-  const int col0 = (kCp ? blockIdx.x : blockIdx.z) * kBV;
+  const int colb = (kCp ? blockIdx.x : blockIdx.z) * kCols;  // the CTA's first value column
   const int64_t HV = p.h_v, V = p.v_dim, T = p.num_tokens;
   const int hk = int(hv / (HV / p.h_k));
   int64_t bos, eos, slot = 0;
@@ -1014,11 +1033,11 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
   if (!live) {  // padding sequence: zero output rows, state untouched
     if (!store_out) return;
-    const int64_t chunks = (eos - bos) * (kBV / 8);
-    for (int64_t i = tid; i < chunks; i += kThreads) {
-      const int64_t t = bos + i / (kBV / 8);
-      const int ch = int(i % (kBV / 8));
-      *reinterpret_cast<uint4*>(out + (t * HV + hv) * V + col0 + 8 * ch) = make_uint4(0, 0, 0, 0);
+    const int64_t chunks = (eos - bos) * (kCols / 8);
+    for (int64_t i = tid; i < chunks; i += kNT) {
+      const int64_t t = bos + i / (kCols / 8);
+      const int ch = int(i % (kCols / 8));
+      *reinterpret_cast<uint4*>(out + (t * HV + hv) * V + colb + 8 * ch) = make_uint4(0, 0, 0, 0);
     }
     return;
   }
@@ -1026,20 +1045,21 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   const uint32_t sbase = smem_u32(smem);
   const uint32_t abase = (sbase + 1023u) & ~1023u;  // 1024-aligned stage tiles (128-byte swizzle atoms)
   unsigned char* asmem = smem + (abase - sbase);
-  if (warp >= 4) {  // loaders: chunk c's K / Q panels, V tile and image into stage c % 3
-    const int lt = tid - 128;
+  if (warp >= kSW) {  // loaders: chunk c's K / Q panels, V tile(s) and image into stage c % kNs
+    if constexpr (kPair) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+    const int lt = tid - 32 * kSW;
     const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
     const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
     const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(p.v);
     const int64_t cbase = kCp ? args.cps[seq].chunk0 : int64_t(reinterpret_cast<const int*>(args.w.coff)[seq]);
     const bool vzero = kCp && (cpf & kCpVZero) != 0;
     for (int64_t c = 0; c < nc; ++c) {
-      const int st = int(c % kSpNs);
-      if (c >= kSpNs) bar_sync(kSpEmpty + st, 256);
-      const uint32_t sin = abase + st * kWgStage;
+      const int st = int(c % kNs);
+      if (c >= kNs) bar_sync(kSpEmpty + st, 32 * (kSW + 4));
+      const uint32_t sin = abase + st * kStg;
       const int64_t t0 = bos + c * kC;
       const int n = int(eos - t0 < kC ? eos - t0 : kC);
-#pragma unroll
+#pragma unroll(kPair ? 2 : 8)
       for (int i = 0; i < 8; ++i) {
         const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
         const int rr = row < n ? row : 0;
@@ -1048,12 +1068,22 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
         cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
         cp_async16(sin + kQo + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
       }
+      if constexpr (kPair) {  // two V tiles (the warpgroups' 64-column halves), each laid out as the single one
+#pragma unroll 2
+        for (int i = 0; i < 8; ++i) {
+          const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+          const int rr = row < n ? row : 0;
+          const uint32_t off = uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+          cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n ? 16u : 0u);
+        }
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
-        const int rr = row < n ? row : 0;
-        const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
-        cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + col0 + ch * 8, row < n && !vzero ? 16u : 0u);
+        for (int i = 0; i < 4; ++i) {
+          const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
+          const int rr = row < n ? row : 0;
+          const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
+          cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n && !vzero ? 16u : 0u);
+        }
       }
       int64_t pi = cbase + c;
       pi = pi < args.w.nt ? pi : args.w.nt - 1;  // only for cu_seqlens the offsets pass clamped
@@ -1073,7 +1103,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
           bar_sync(kOvlLd, 128);
           if (*verdict != 0) {  // timed out: drain this stage's copies, release the consumers, stop
             cp_async_wait_all();
-            bar_arrive(kSpFull + st, 256);
+            bar_arrive(kSpFull + st, 32 * (kSW + 4));
             return;
           }
           (void)ld_acquire_gpu(rf);  // this thread's own acquire (sees 1: read-read coherence after thread 0)
@@ -1081,7 +1111,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
       }
       const unsigned char* src = reinterpret_cast<const unsigned char*>(args.w.img) + uint64_t(pi * HV + hv) * kStRest;
       for (int idx = lt; idx < int(kStRest / 16); idx += 128)
-        cp_async16(sin + kInBytes + 16u * idx, src + 16 * idx, 16u);
+        cp_async16(sin + kIn + 16u * idx, src + 16 * idx, 16u);
       cp_async_commit();
       if constexpr (kAhead) {  // two chunks in flight: chunk c - 1's copies landed -> its stage is full
         if (c >= 1) {
@@ -1090,7 +1120,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
         }
       } else {
         cp_async_wait_all();
-        bar_arrive(kSpFull + st, 256);
+        bar_arrive(kSpFull + st, 32 * (kSW + 4));
       }
     }
     if constexpr (kAhead) {
@@ -1103,7 +1133,10 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
   }
 
   // ------------------------------------------------------------------- state warpgroup: S^T rows 16 sw .. 16 sw + 15
-  const int sw = warp;
+  if constexpr (kPair) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+  const int sw = kPair ? (warp & 3) : warp;
+  const int col0 = colb + (kPair ? (warp >> 2) * kBV : 0);  // this warpgroup's 64 value columns
+  const uint32_t kOVw = kOV + (kPair ? uint32_t(warp >> 2) * 8192u : 0u);  // its V tile in the stage
   float s0[8][4], s1[8][4];  // S^T columns k 0..63 (panel 0) and 64..127 (panel 1)
 #define DK_S(nt, i) ((nt) < 8 ? s0[(nt) & 7][i] : s1[(nt) & 7][i])
   float* sp = reinterpret_cast<float*>(p.state) + (slot * HV + hv) * (int64_t(kK) * V) + col0;
@@ -1124,15 +1157,15 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
       const int k = 8 * nt + 2 * q + (i & 1), v = 16 * sw + g + 8 * (i >> 1);
       DK_S(nt, i) = read ? sp[int64_t(k) * V + v] : (ident && k == col0 + v ? 1.f : 0.f);
     }
-  unsigned char* so = asmem + kWgOO + sw * 2048;
+  unsigned char* so = asmem + kOO + warp * 2048;
   if constexpr (kProf) tp = clock64();
   bool aborted = false;  // overlap: the loaders stopped (s_ovl[2 + stage])
   const long long tstart = tp;
   for (int64_t c = 0; c < nc; ++c) {
-    const int st = int(c % kSpNs);
-    const unsigned char* stg = asmem + st * kWgStage + kInBytes;
-    const uint32_t sstg = abase + st * kWgStage + kInBytes;
-    const uint32_t sin = abase + st * kWgStage;
+    const int st = int(c % kNs);
+    const unsigned char* stg = asmem + st * kStg + kIn;
+    const uint32_t sstg = abase + st * kStg + kIn;
+    const uint32_t sin = abase + st * kStg;
     const float* vec = reinterpret_cast<const float*>(stg + kRVec);
     const int64_t t0 = bos + c * kC;
     const int n = int(eos - t0 < kC ? eos - t0 : kC);
@@ -1149,7 +1182,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     for (int i = 0; i < 8; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) x[i][j] = o[i][j] = 0.f;
-    bar_sync(kSpFull + st, 256);
+    bar_sync(kSpFull + st, 32 * (kSW + 4));
     if constexpr (kOvl) {
       if (*reinterpret_cast<volatile int*>(s_ovl + 2 + st) != 0) {  // the loaders stopped here: no state store below
         aborted = true;
@@ -1179,7 +1212,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
       }
       wg_commit();
 #pragma unroll
-      for (int kb = 0; kb < 4; ++kb) ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr[kb]);
+      for (int kb = 0; kb < 4; ++kb) ldsm4t(a_a_km(sin + kOVw, 16 * kb, 16 * sw, 128, lane), vr[kb]);
     } else {
 #pragma unroll
       for (int kb = 0; kb < 8; ++kb) {
@@ -1203,7 +1236,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
     // E^T = V^T - X^T diag(xsc) (in x).
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
-      if constexpr (!kChain) ldsm4t(a_a_km(sin + kOV, 16 * kb, 16 * sw, 128, lane), vr[kb]);
+      if constexpr (!kChain) ldsm4t(a_a_km(sin + kOVw, 16 * kb, 16 * sw, 128, lane), vr[kb]);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int nt = 2 * kb + hh;
@@ -1362,7 +1395,7 @@ __global__ void __launch_bounds__(kThreads, 1) split_wg_kernel(const SplitArgs a
       fence_frag(wh[kb]);
       fence_frag(wl[kb]);
     }
-    if (c + kSpNs < nc) bar_arrive(kSpEmpty + st, 256);
+    if (c + kNs < nc) bar_arrive(kSpEmpty + st, 32 * (kSW + 4));
     DK_MARK(6)
   }
   if constexpr (kProf) {  // no printf here: a call would serialize every wgmma (ptxas C7510); split_wg_prof_print
@@ -1528,13 +1561,20 @@ template <int VAR>
 dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   const DkGdrPrefillFusedParams& p = a.p;
-  constexpr int LV = VAR & (67 | 512), SV = VAR & (434 | 512);
+  constexpr int LV = VAR & (67 | 512), SV = VAR & (434 | 512 | 8192);
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "overlap: wgmma + per-key-head");
+  constexpr bool kPair = (VAR & 8192) != 0;  // the pair state CTA (128 value columns): V % 128 == 0 only
+  if constexpr (kPair) {
+    if (p.v_dim % (2 * kBV) != 0) return launch_overlap<(VAR & ~8192)>(a, s);
+  }
+  constexpr int kCols = kPair ? 2 * kBV : kBV;
+  constexpr uint32_t smem = kPair ? kWg2Smem : kWgSmem;
+  constexpr int nthr = kPair ? 384 : kThreads;
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
       cudaSuccess)
     return dk::launch_status();
-  const int64_t nstate = p.num_seqs * p.h_v * (p.v_dim / kBV);
+  const int64_t nstate = p.num_seqs * p.h_v * (p.v_dim / kCols);
   if (nstate > int64_t(sms) - 16) return launch_split<(VAR & ~512)>(a, s);
   if ((p.variant & 2048) == 0) {  // cost model, in ns (SM-ns for the local pass)
     const double local_work = 4000.0 * double(a.w.nt) * double(p.h_v);
@@ -1546,14 +1586,14 @@ dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   }
   const size_t flag_bytes = size_t(a.w.nt * p.h_v + nstate) * sizeof(int);
   if (cudaMemsetAsync(reinterpret_cast<void*>(a.w.flags), 0, flag_bytes, s) != cudaSuccess) return dk::launch_status();
-  if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
+  if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
           cudaSuccess ||
       cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
           cudaSuccess)
     return dk::launch_status();
-  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v), static_cast<unsigned>(p.v_dim / kBV));
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v), static_cast<unsigned>(p.v_dim / kCols));
   SplitArgs run = a;  // run.fix: 0, or 2 (variant bit 1024: force the fix-up path)
-  split_wg_kernel<SV><<<grid, kThreads, kWgSmem, s>>>(run);
+  split_wg_kernel<SV><<<grid, nthr, smem, s>>>(run);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   const int64_t items = a.w.nt * p.h_k;
   const int64_t lgrid = items < 3 * (int64_t(sms) - nstate) ? items : 3 * (int64_t(sms) - nstate);
@@ -1570,7 +1610,7 @@ dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   if (cudaLaunchKernelEx(&cfg, split_local_kernel<LV>, run) != cudaSuccess) return dk::launch_status();
   SplitArgs fix = a;
   fix.fix = 1;
-  split_wg_kernel<SV><<<grid, kThreads, kWgSmem, s>>>(fix);
+  split_wg_kernel<SV><<<grid, nthr, smem, s>>>(fix);
   return dk::launch_status();
 }
 
@@ -1643,7 +1683,11 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
     return launch_overlap<VAR>(a, s);
   } else {
   const DkGdrPrefillFusedParams& p = a.p;
-  constexpr int LV = VAR & 67, SV = VAR & 434;  // the bits each kernel reads (1, 2, 64 / 2, 16, 32, 128, 256)
+  constexpr int LV = VAR & 67, SV = VAR & (434 | 8192);  // the bits each kernel reads (1, 2, 64 / 2, 16, 32, 128, 256, 8192)
+  constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
+  if constexpr (kPair) {
+    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
+  }
   if ((VAR & 8) == 0 && a.w.nt > 0) {
     if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
         cudaSuccess)
@@ -1653,12 +1697,14 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
     if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   }
   if ((VAR & 4) != 0) return DK_OK;
-  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v), static_cast<unsigned>(p.v_dim / kBV));
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.h_v),
+                  static_cast<unsigned>(p.v_dim / (kPair ? 2 * kBV : kBV)));
   if constexpr ((SV & 16) != 0) {
-    if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
+    constexpr uint32_t smem = kPair ? kWg2Smem : kWgSmem;
+    if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
         cudaSuccess)
       return dk::launch_status();
-    split_wg_kernel<SV><<<grid, kThreads, kWgSmem, s>>>(a);
+    split_wg_kernel<SV><<<grid, kPair ? 384 : kThreads, smem, s>>>(a);
     if constexpr ((SV & 2) != 0) split_wg_prof_print<<<1, 1, 0, s>>>();
   } else {
     if (cudaFuncSetAttribute(split_state_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSpSmem)) !=
@@ -1678,10 +1724,12 @@ dk_status split_check(const DkGdrPrefillFusedParams* p) {
   if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0 || p->k_dim * p->v_dim * 2 < int64_t(kStRest))
     return DK_ERR_UNSUPPORTED;
   const bool cp_ovl = (p->variant & (512 | 4096)) == (512 | 4096);
-  if (p->variant < 0 || p->variant > 8191 || ((p->variant & 1024) != 0 && (p->variant & 512) == 0) ||
-      ((p->variant & 2048) != 0 && (p->variant & (512 | 4096)) == 0) || (cp_ovl && (p->variant & 3072) != 0))
+  if (p->variant < 0 || p->variant > 16383 || ((p->variant & 1024) != 0 && (p->variant & 512) == 0) ||
+      ((p->variant & 2048) != 0 && (p->variant & (512 | 4096)) == 0) || (cp_ovl && (p->variant & 3072) != 0) ||
+      ((p->variant & 8192) != 0 && (p->variant & 4096) != 0))
     return DK_ERR_INVALID_ARGUMENT;  // 1024 (force the overlap's fix-up path) only with 512, 2048 (no cost model)
-                                     // with 512 or 4096 (context parallelism); 512 + 4096: neither
+                                     // with 512 or 4096 (context parallelism); 512 + 4096: neither; 8192 (the pair
+                                     // state CTA) not with 4096 (not built yet)
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -1710,6 +1758,16 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
+  if ((p->variant & 8192) != 0) {  // the pair state CTA (session 7 round 2, opt-in): on 209 (8401), on the overlap
+    switch (p->variant) {          // 721 / 2769 / 3793 (8913 / 10961 / 11985), its state kernel alone (8344)
+      case 8344: return launch_split<8344>(a, s);
+      case 8401: return launch_split<8401>(a, s);
+      case 8913: return launch_split<8913>(a, s);
+      case 10961: return launch_split<10961>(a, s);
+      case 11985: return launch_split<11985>(a, s);
+      default: return DK_ERR_INVALID_ARGUMENT;
+    }
+  }
   if ((p->variant & 4096) != 0) {  // context parallelism: on 209 (4305), or on 721 (4817: else the overlap)
     if ((p->variant & 1023) == 209) return launch_cp<4096 | 209>(a, s);
     if ((p->variant & 1023) == 721) return launch_cp<4096 | 721>(a, s);

@@ -21,7 +21,7 @@
 # Options (session 7 round 2): SERIAL=1 runs the tests one at a time (one chain) and the sanitizers one at a time in a
 #   second chain beside it (at most two GPU processes: no crowding, no OOM as 2769's long test had with 13 processes);
 #   TEST_THREADS (4) per test binary; BUDGET_S: a bench / ktime run is skipped (noted in the summary) once the call has
-#   run BUDGET_S - 15 s; ONE_LOG=1: every log ends in $OUT/log and the summary in $OUT/summary.txt (nothing else),
+#   run BUDGET_S - 15 s, and no run's timeout reaches past BUDGET_S (at least 5 s each); ONE_LOG=1: every log ends in $OUT/log and the summary in $OUT/summary.txt (nothing else),
 #   the summary ending in a table of the bench (ms, middle estimate) per shape and run.
 # Defaults (session 6, round 2): the default (209) against the overlap variant 721 (= 209 + 512: local pass overlapped
 # with the state kernel where N H_v V / 64 <= SMs - 16 and its cost model expects a gain; 2769 = 721 + 2048 without the
@@ -30,6 +30,10 @@
 set -uo pipefail
 out="${OUT:-/tmp/split-call}"; mkdir -p "$out"
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 ))s; }
+cap() {  # a run's timeout: $1 s, or what is left of BUDGET_S (at least 5 s) if that is less
+  local left=$(( ${BUDGET_S:-100000} - ($(date +%s) - t0) )); [ "$left" -lt 5 ] && left=5
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
 if [ "${1:-}" = stash ]; then
   mkdir -p /tmp/dk-kit && cp .anchor-kit-libs/site-libs.tar.xz /tmp/dk-kit/ && ls -la /tmp/dk-kit; echo "stash $(el)"; exit 0
 fi
@@ -68,13 +72,13 @@ runenv() {  # prefill variant -> env assignments
 pids=()
 test_one() {  # label pipe var
   local t1=$(date +%s)
-  env $(runenv "$2" "$3") timeout "${TEST_TIMEOUT:-150}" "$bin" --test-threads "${TEST_THREADS:-4}" --nocapture >"$tmp/t_$1.log" 2>&1
+  env $(runenv "$2" "$3") timeout "$(cap "${TEST_TIMEOUT:-150}")" "$bin" --test-threads "${TEST_THREADS:-4}" --nocapture >"$tmp/t_$1.log" 2>&1
   echo "rc=$? wall $(( $(date +%s) - t1 ))s" >>"$tmp/t_$1.log"
 }
 san_one() {  # tool label pipe var
   local filt="gates_at_the_edge varlen_initial_states" t1=$(date +%s)
   [ "$1" = racecheck ] && filt=varlen_initial_states
-  env $(runenv "$3" "$4") DELTAKIT_SANITIZE=1 timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool "$1" \
+  env $(runenv "$3" "$4") DELTAKIT_SANITIZE=1 timeout "$(cap "${SAN_TIMEOUT:-150}")" compute-sanitizer --tool "$1" \
     --error-exitcode 9 "$bin" $filt --test-threads 1 >"$tmp/san_$1_$2.log" 2>&1
   echo "rc=$? wall $(( $(date +%s) - t1 ))s" >>"$tmp/san_$1_$2.log"
 }
@@ -116,7 +120,7 @@ late() {  # BUDGET_S set and less than 15 s of it left: skip (noted in the summa
 for r in ${KTIME_RUNS-}; do  # "label:prefill:variant:bench-filter": ncu per-kernel GPU times of the first calls
   IFS=: read -r label pipe var filt <<<"$r"
   late "ktime $label" && continue
-  env $(runenv "$pipe" "$var") timeout 90 ncu --launch-skip 0 --launch-count "${KTIME_COUNT:-14}" \
+  env $(runenv "$pipe" "$var") timeout "$(cap 90)" ncu --launch-skip 0 --launch-count "${KTIME_COUNT:-14}" \
     --metrics gpu__time_duration.sum $tmp/bench_gdr_cp --bench "$filt" --warm-up-time 0.05 --measurement-time 0.05 \
     >"$tmp/ktime_$label.log" 2>&1
   echo "=== ktime $label ($filt)" >>"$out/summary.txt"
@@ -134,7 +138,7 @@ for r in ${BENCH_RUNS:-default:-:- ovl721:split:721 ovl2769:split:2769 ovlfix379
   IFS=: read -r label pipe var <<<"$r"
   late "bench $label" && continue
   echo "=== $label" >>"$out/bench.log"
-  env $(runenv "$pipe" "$var") timeout 90 $tmp/bench_gdr_cp --bench $ba >>"$out/bench.log" 2>&1; echo "rc=$?" >>"$out/bench.log"
+  env $(runenv "$pipe" "$var") timeout "$(cap 90)" $tmp/bench_gdr_cp --bench $ba >>"$out/bench.log" 2>&1; echo "rc=$?" >>"$out/bench.log"
 done
 echo "bench done at $(el)" >>"$out/summary.txt"
 if [ -n "${NCU_RUN:-}" ]; then

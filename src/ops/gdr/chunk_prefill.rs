@@ -372,8 +372,12 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// sequence-heads (three segments per sequence; pass 1 = segment 0 next to segment 1's transition
 /// and zero-start end state, an f32 scan, pass 3 = segments 1 and 2; only `K = V = 128`,
 /// `2 N H_v <= SMs` and a gain model, else 209 (4817: else 721); 6353 = 4305 without that model;
-/// session 7); 5, 17, 18, 24, 48, 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745,
-/// 2769, 3793, 4305, 4817, 6353 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
+/// session 7), 8192 (on 209: 8401; on 721 / 2769 / 3793: 8913 / 10961 / 11985; on 152: 8344) =
+/// the pair state CTA: two state warpgroups per CTA covering both 64-column halves of 128 value
+/// columns (shared K / Q / image stages, two stages, setmaxnreg 232 / 40; `V % 128 == 0`, else as
+/// without 8192; not with 4096 yet; session 7 round 2, not yet run on a GPU); 5, 17, 18, 24, 48,
+/// 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745, 2769, 3793, 4305, 4817, 6353,
+/// 8344, 8401, 8913, 10961, 11985 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
