@@ -19,7 +19,8 @@
 #   4b. $KTIME_RUNS ("label:prefill:variant:bench-filter"): ncu GPU time of each of the first $KTIME_COUNT (14) kernel
 #      launches of that bench (e.g. the context-parallel passes: local, plan, pass 1, scan, pass 3)
 # Options (session 7 round 2): SERIAL=1 runs the tests one at a time (one chain) and the sanitizers one at a time in a
-#   second chain beside it (at most two GPU processes: no crowding, no OOM as 2769's long test had with 13 processes);
+#   second chain beside it (at most two GPU processes: no crowding, no OOM as 2769's long test had with 13 processes;
+#   a SAN_RUNS entry "test:label:prefill:variant" runs a whole test binary in the sanitizer chain);
 #   TEST_THREADS (4) per test binary; BUDGET_S: a bench / ktime run is skipped (noted in the summary) once the call has
 #   run BUDGET_S - 15 s, and no run's timeout reaches past BUDGET_S (at least 5 s each); ONE_LOG=1: every log ends in $OUT/log and the summary in $OUT/summary.txt (nothing else),
 #   the summary ending in a table of the bench (ms, middle estimate) per shape and run.
@@ -75,7 +76,8 @@ test_one() {  # label pipe var
   env $(runenv "$2" "$3") timeout "$(cap "${TEST_TIMEOUT:-150}")" "$bin" --test-threads "${TEST_THREADS:-4}" --nocapture >"$tmp/t_$1.log" 2>&1
   echo "rc=$? wall $(( $(date +%s) - t1 ))s" >>"$tmp/t_$1.log"
 }
-san_one() {  # tool label pipe var
+san_one() {  # tool label pipe var (tool "test": the whole test binary, as in TEST_RUNS, in this chain)
+  [ "$1" = test ] && { test_one "$2" "$3" "$4"; return; }
   local filt="gates_at_the_edge varlen_initial_states" t1=$(date +%s)
   [ "$1" = racecheck ] && filt=varlen_initial_states
   env $(runenv "$3" "$4") DELTAKIT_SANITIZE=1 timeout "$(cap "${SAN_TIMEOUT:-150}")" compute-sanitizer --tool "$1" \
