@@ -120,8 +120,11 @@ constexpr int kBM = 128;
 //      the K/V stage of tile j is (S0 + j) % 2 of the block's own loop counter, not of the ring
 //      position carried through the block loop: the wgmma descriptors stay uniform as in the
 //      one-block-per-CTA kernels (23 took them through R2UR: 7-10% slower at 8k/32k).
-// Dispatched: 0-36.
-constexpr int kVariants = 37;
+//      37 = 36 with at most 8 CTAs (a test variant, as 24); 38 = 36 recording the timeline
+//      (fields 0-7 per block at its LPT index; 1 = consumer warpgroup 0 starts the block, i.e.
+//      after the previous block's epilogue and this block's metadata; 7 = 1; 8-11 zero).
+// Dispatched: 0-38.
+constexpr int kVariants = 39;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -144,9 +147,11 @@ struct Cfg<256, VAR> {
   static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20 || VAR >= 23;
   static constexpr bool STAGED = VAR >= 19;
   // 23/24: the persistent kernel (prefill_persist_kernel); 24 at most 8 CTAs (a test variant).
-  // 36 (session 7, round 2): 23 with a compile-time start stage per block (S0T below).
-  static constexpr bool PERSIST = VAR == 23 || VAR == 24 || VAR == 36;
-  static constexpr bool CAP8 = VAR == 24;
+  // 36 (session 7, round 2): 23 with a compile-time start stage per block (S0T below); 37 = 36
+  // with at most 8 CTAs (as 24: many blocks per CTA in the small / sanitizer cases).
+  // 38 = 36 recording the per-block timeline (TL; measurement).
+  static constexpr bool PERSIST = VAR == 23 || VAR == 24 || (VAR >= 36 && VAR <= 38);
+  static constexpr bool CAP8 = VAR == 24 || VAR == 37;
   // 25-27 (session 6; the ids of session 5's removed PHANTOM / OVERLAP variants reused), all
   // variant 19 plus -- 25/26: QV -- Q loaded by the V producer pair (warp 2: the rows of consumer
   // warpgroup 0, warp 3: those of warpgroup 1, each half on its own mbarrier, row addresses
@@ -172,8 +177,9 @@ struct Cfg<256, VAR> {
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV =
-      VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || (VAR >= 30 && VAR != 36);
-  static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35;
+      VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || (VAR >= 30 && VAR <= 35);
+  static constexpr bool TL =
+      VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 || VAR == 38;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -1358,11 +1364,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Entry k of this CTA's walk: 0 past the end, 1 nothing to do, 2 padding rows, 3 a block.
   int seq = 0, kvh = 0, m0 = 0, rows_total = 0, bos = 0, ctx = 0;
+  uint32_t blin = 0;  // the block's LPT index (TL records)
   auto block_of = [&](uint32_t k) -> int {
     const uint32_t base = k * NP;
     if (base >= NB) return 0;
     const uint32_t lin = base + ((k & 1u) ? NP - 1u - cta : cta);
     if (lin >= NB) return 1;
+    blin = lin;
     const uint32_t rest = lin / HKV;
     kvh = int(lin - rest * HKV);
     seq = int(rest % NSEQ);
@@ -1585,7 +1593,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t gt = 0;
   uint32_t nq = 0;
   // 36: the block body per compile-time start stage (see run_block).
-  constexpr bool S0T = VAR == 36;
+  constexpr bool S0T = VAR == 36 || VAR == 37 || VAR == 38;
+  constexpr bool TL = C::TL;
+  auto tl_put = [&](int f, unsigned long long v) {
+    if constexpr (TL) {
+      if (blin < uint32_t(kTlBlocks)) g_prefill_tl[size_t(blin) * kTlFields + f] = v;
+    }
+  };
   static_assert(!S0T || ST == 2, "two start stages");
 #pragma unroll 1
   for (uint32_t k = 0;; ++k) {
@@ -1724,14 +1738,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
 
+    if (TL && ct == 0) {
+      const unsigned long long t = gtimer();
+      tl_put(0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
+      tl_put(1, t);
+      tl_put(7, t);
+    }
     // This warpgroup's Q half of the block (loaded by one producer pair, cp.async: fence).
     mbar_wait(full_q(w), nq & 1u);
+    if (TL && ct == 0) tl_put(2, gtimer());
     fence_proxy_async();
     turn_wait();
     issue_qk(0, stage_of(0));
     turn_pass();
     wgmma_wait<0>();
     fence_regs(s);
+    if (TL && ct == 0) tl_put(3, gtimer());
     mbar_arrive(empty_k(stage_of(0)));
     {
       float mn0 = m_0, mn1 = m_1, ls0, ls1;
@@ -1792,6 +1814,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     turn_pass();
     wgmma_wait<0>();
     fence_regs(o);
+    if (TL && ct == 0) tl_put(4, gtimer());
     mbar_arrive(empty_v(stage_of(n_tiles - 1)));
     l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
     l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
@@ -1825,6 +1848,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       const int t = ct % 128;
       const int c = t % 32;  // 16-byte chunk of the row
+      // S0T: the output rows' (token, head) stepped (rows 4 apart: token += 4 / G, head +=
+      // 4 % G with a carry), as 30's STEP, instead of a division per row.
+      int tb = 0, hb = 0;
+      if constexpr (S0T) {
+        const int vb = m0 + w * 64 + t / 32;
+        tb = int(uint32_t(vb) / uint32_t(G));
+        hb = vb - tb * G;
+      }
+      const int q4 = S0T ? 4 / G : 0;
+      const int r4 = S0T ? 4 - q4 * G : 0;
 #pragma unroll 4
       for (int i = 0; i < 16; ++i) {
         // (No data-dependent loop in here: a loop whose trip count the compiler cannot prove
@@ -1838,10 +1871,23 @@ __global__ void __launch_bounds__(kThreads, 1)
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "r"(src)
                      : "memory");
-        const int tok = int(uint32_t(vr) / uint32_t(G));
-        if (vr < rows_total) *reinterpret_cast<uint4*>(out + qo_off(tok, vr - tok * G) + c * 8) = v;
+        if constexpr (S0T) {
+          if (vr < rows_total) *reinterpret_cast<uint4*>(out + qo_off(tb, hb) + c * 8) = v;
+          tb += q4;
+          hb += r4;
+          if (hb >= G) {
+            hb -= G;
+            ++tb;
+          }
+        } else {
+          const int tok = int(uint32_t(vr) / uint32_t(G));
+          if (vr < rows_total) {
+            *reinterpret_cast<uint4*>(out + qo_off(tok, vr - tok * G) + c * 8) = v;
+          }
+        }
       }
     }
+    if (TL && (ct == 0 || ct == 128)) tl_put(ct == 0 ? 5 : 6, gtimer());
     // The half is free for the next block's Q (this thread's reads above are complete).
     mbar_arrive(empty_q(w));
     gt += uint32_t(n_tiles);
@@ -2133,6 +2179,10 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 35>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 36:
           return p->scale > 0.f ? a::launch<256, true, 36>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 37:
+          return p->scale > 0.f ? a::launch<256, true, 37>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 38:
+          return p->scale > 0.f ? a::launch<256, true, 38>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

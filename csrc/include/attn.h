@@ -110,10 +110,11 @@ typedef struct DkAttnPrefillSm90Params {
    * with Q loaded by all four producer warps, 33 = 32 recording the timeline, 34 = 31 with the
    * staged output rows of heads >= the first row's head (first 64 / G tokens) written by TMA
    * tensor stores, 35 = 34 recording the timeline (31-35 opt-in); 36 = 23 with each block's
-   * tile loop run from a compile-time start stage (uniform wgmma descriptors; opt-in).
+   * tile loop run from a compile-time start stage (uniform wgmma descriptors; opt-in), 37 = 36
+   * with at most 8 CTAs (test variant), 38 = 36 recording the timeline.
    * The safe wrapper's default: 30 (session 7; 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-36 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=36:
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-38 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=38:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
@@ -121,7 +122,7 @@ typedef struct DkAttnPrefillSm90Params {
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35: copies the first `n` words
+/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38: copies the first `n` words
  * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
  * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
  * stored, producer done, sequence bounds + context length loaded, past the barrier-init

@@ -487,8 +487,10 @@ pub enum PrefillKernel {
     /// (the other rows by the threads), 35 = 34 recording the timeline. 36 (opt-in, not yet run on
     /// a GPU): 23 whose consumers run each block's tile loop from a compile-time start stage
     /// (the block body instantiated for ring stage 0 and 1, the steady loop unrolled by two), so
-    /// the wgmma descriptors stay uniform as in the one-block-per-CTA kernels.
-    /// Same results up to rounding. Values above 36 are rejected ([`crate::Error::Shape`] naming
+    /// the wgmma descriptors stay uniform as in the one-block-per-CTA kernels; 37 = 36 with at
+    /// most 8 CTAs (a test variant: many blocks per CTA), 38 = 36 recording the timeline
+    /// (fields 0-7; field 1 = the block's start in its CTA, after the previous block's epilogue).
+    /// Same results up to rounding. Values above 38 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -514,7 +516,7 @@ const SM90_DEFAULT_VARIANT: i32 = 30;
 /// Words per row block in [`prefill_sm90_timeline`].
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
-/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35
+/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -543,7 +545,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 36;
+const SM90_MAX_VARIANT: u8 = 38;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -567,7 +569,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=36", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=38", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
