@@ -1642,13 +1642,25 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   int w0 = 1;
   if (C < sms) w0 = int((2 * C + (sms - C) - 1) / (sms - C));
   if ((p.variant & 2048) == 0) {
-    // Gain model: the chain shortens by one unit segment b = chunks / (w0 + 2) at ~2.3 us per chunk; the measured
-    // fixed cost of the three passes (plan, pass-1 stragglers, scan, two more launches) was ~170-230 us on the H200
-    // (session 7: 27B TP2 1 x 8192, b = 32: 0.388 -> 0.485 ms, a loss; 9B 1 x 65536, b = 256: 3.199 -> 2.842 ms).
+    // Gain model: the chain shortens by one unit segment b = chunks / (w0 + 2) at ~2.3 us per chunk, against a
+    // fixed cost of the three passes (plan, pass-1 stragglers, scan, two more launches) of ~30-70 us on the H200
+    // once the scan ran on 4x the CTAs (session 7 round 2: 27B TP2 1 x 8192, b = 32: 0.388 -> 0.345 ms; 9B 1 x 65536,
+    // b = 256: 3.223 -> 2.701 ms; with the first scan ~170-230 us: 0.485 / 2.842). So: b > ~26 chunks.
     const double b = double((p.num_tokens / (N > 0 ? N : 1) + 63) / 64) / double(w0 + 2);
-    ok = ok && 2 * C <= sms && w0 <= 4 && 2300.0 * b > 250000.0;
+    ok = ok && 2 * C <= sms && w0 <= 4 && 2300.0 * b > 60000.0;
   }
-  if (!ok) return launch_split<BASE>(a, s);
+  if (!ok) {
+    if constexpr ((VAR & 8192) != 0) {  // 12497: the pair state CTA where its state waves are the cheaper ones
+      // Wave model (session 7 round 2, H200): the single-warpgroup state CTA (1 / SM) ~2.3 us per chunk, the pair CTA
+      // (1 / SM, 128 value columns) ~3.96 us per chunk (9B 8 x 8192, C = 512: 4 waves x 128 x 2.3 = 1.18 ms measured
+      // 1.209; 2 pair waves measured 1.014 ms). The pair wherever its waves cost 3% less: 9B 8 x 8192 (2.097 ->
+      // 1.933 ms); not at C <= SMs (27B TP1 1 x 8192: 0.475 -> 0.683).
+      const int64_t w1 = (C + sms - 1) / sms, w2 = (C + 2 * sms - 1) / (2 * sms);
+      if (p.v_dim % (2 * kBV) == 0 && 3960.0 * double(w2) < 0.97 * 2300.0 * double(w1))
+        return launch_split<8192 | BASE>(a, s);
+    }
+    return launch_split<BASE>(a, s);
+  }
   if (w0 < 1) w0 = 1;
   if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
           cudaSuccess ||
@@ -1726,10 +1738,10 @@ dk_status split_check(const DkGdrPrefillFusedParams* p) {
   const bool cp_ovl = (p->variant & (512 | 4096)) == (512 | 4096);
   if (p->variant < 0 || p->variant > 16383 || ((p->variant & 1024) != 0 && (p->variant & 512) == 0) ||
       ((p->variant & 2048) != 0 && (p->variant & (512 | 4096)) == 0) || (cp_ovl && (p->variant & 3072) != 0) ||
-      ((p->variant & 8192) != 0 && (p->variant & 4096) != 0))
+      ((p->variant & 8192) != 0 && (p->variant & 4096) != 0 && p->variant != 12497))
     return DK_ERR_INVALID_ARGUMENT;  // 1024 (force the overlap's fix-up path) only with 512, 2048 (no cost model)
                                      // with 512 or 4096 (context parallelism); 512 + 4096: neither; 8192 (the pair
-                                     // state CTA) not with 4096 (not built yet)
+                                     // state CTA) with 4096 only as 12497 (CP, else the pair, else 209; opt-in)
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -1759,7 +1771,8 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
   if ((p->variant & 8192) != 0) {  // the pair state CTA (session 7 round 2, opt-in): on 209 (8401), on the overlap
-    switch (p->variant) {          // 721 / 2769 / 3793 (8913 / 10961 / 11985), its state kernel alone (8344)
+    switch (p->variant) {          // 721 / 2769 / 3793 (8913 / 10961 / 11985), its state kernel alone (8344);
+      case 12497: return launch_cp<12497>(a, s);  // 12497: CP where its model says so, else the pair, else 209
       case 8344: return launch_split<8344>(a, s);
       case 8401: return launch_split<8401>(a, s);
       case 8913: return launch_split<8913>(a, s);

@@ -62,13 +62,16 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * computes the call (a test of the fallback); + 2048 (2769): without the cost model; 4305 (= 209 + 4096): context
  * parallelism for few sequence-heads (three segments per sequence: pass 1 = segment 0 from the initial state next to
  * segment 1's transition M and zero-start end state D, scan S2 = M S1 + D, pass 3 = segments 1 and 2; ws->cp; only
- * K = V = 128, 2 N H_v <= SMs and a gain model (a unit segment of > ~108 chunks), else 209; session 7), 6353
+ * K = V = 128, 2 N H_v <= SMs and a gain model (a unit segment of > ~26 chunks), else 209; session 7), 6353
  * (= 4305 + 2048): without that model (K = V = 128 and ws->cp still required), 4817 (= 721 + 4096): 4305 where its
  * model says so, else 721; 8401 (= 209 + 8192): the pair state CTA (grid (N, H_v, V / 128), 384 threads: two state
  * warpgroups for both 64-column halves sharing the K / Q / image stages, setmaxnreg 232 / 40; V % 128 == 0, else 209;
  * not with 4096 yet; session 7 round 2, not yet run on a GPU), 8913 / 10961 / 11985 (= 721 / 2769 / 3793 + 8192):
  * the overlap with the pair state CTA (N H_v V / 128 <= SMs - 16), 8344 (= 152 + 8192): its state kernel alone;
- * others DK_ERR_INVALID_ARGUMENT. The library default is 209. */
+ * 12497 (= 209 + 4096 + 8192; session 7, the candidate default, not yet run as a whole): 4305 where its gain model
+ * says so (few sequence-heads, a unit segment of > ~26 chunks), else 8401 where the pair CTA's state waves are
+ * cheaper (a wave model: ~3.96 us per chunk per pair CTA vs ~2.3 per single CTA), else 209; others
+ * DK_ERR_INVALID_ARGUMENT. The library default is 209. */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

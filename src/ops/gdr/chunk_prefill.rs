@@ -366,8 +366,8 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// kernel (below the contract's precision: measurement only), 512 = the local pass overlapped
 /// with the state kernel (state kernel first, the local pass as its programmatic dependent on the
 /// free SMs, per-(chunk, value head) ready flags, bounded spin + fix-up launch; only where
-/// `N * H_v * V / 64 <= SMs - 16` and a cost model expects a gain, else as without 512; not yet
-/// run on a GPU), 1024 (with 512) = force the overlap's fix-up path, 2048 (with 512 or 4096) =
+/// `N * H_v * V / 64 <= SMs - 16` and a cost model expects a gain, else as without 512; session
+/// 7: 0.367 / 3.071 ms at 27B TP2 / 9B 1 x 65536 vs 209's 0.388 / 3.223), 1024 (with 512) = force the overlap's fix-up path, 2048 (with 512 or 4096) =
 /// skip the cost model, 4096 (on 209: 4305, on 721: 4817) = context parallelism for few
 /// sequence-heads (three segments per sequence; pass 1 = segment 0 next to segment 1's transition
 /// and zero-start end state, an f32 scan, pass 3 = segments 1 and 2; only `K = V = 128`,
@@ -375,9 +375,11 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// session 7), 8192 (on 209: 8401; on 721 / 2769 / 3793: 8913 / 10961 / 11985; on 152: 8344) =
 /// the pair state CTA: two state warpgroups per CTA covering both 64-column halves of 128 value
 /// columns (shared K / Q / image stages, two stages, setmaxnreg 232 / 40; `V % 128 == 0`, else as
-/// without 8192; not with 4096 yet; session 7 round 2, not yet run on a GPU); 5, 17, 18, 24, 48,
+/// without 8192; with 4096 only as 12497 = 4305 where its gain model says so, else 8401 where a
+/// wave model says the pair's state waves cost less, else 209; session 7: tests and sanitizers
+/// pass under 6353 and 8401, 12497 itself not yet run); 5, 17, 18, 24, 48,
 /// 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745, 2769, 3793, 4305, 4817, 6353,
-/// 8344, 8401, 8913, 10961, 11985 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
+/// 8344, 8401, 8913, 10961, 11985, 12497 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
@@ -395,7 +397,13 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 209 =
 /// the local pass per (chunk, key head) with MUFU exp decays (64 + 1) and the state kernel on wgmma
 /// with the shorter chain (16 + 128); H200 2026-12-01 (session 6): 0.475 / 0.389 / 2.25 / 3.20 ms
-/// at 27B TP1 / TP2 / 9B 8 x 8192 / 9B 1 x 65536 vs 0.523 / 0.414 / 2.52 / 3.48 for 16.
+/// at 27B TP1 / TP2 / 9B 8 x 8192 / 9B 1 x 65536 vs 0.523 / 0.414 / 2.52 / 3.48 for 16. The
+/// candidate successor is 12497 (a per-call choice: context parallelism (4305) where its gain
+/// model says so, else the pair state CTA (8401) where a wave model says its state waves cost
+/// less, else 209; session 7, same call: 209 0.475 / 0.388 / 2.097 / 3.223 ms, 4305 forced 0.509 /
+/// 0.345 / 2.963 / 2.701, 8401 0.683 / 0.613 / 1.933 / 4.923, so 12497 would take 209 / 4305 /
+/// 8401 / 4305 at these four shapes). Its parts passed the GPU tests and sanitizers forced; the
+/// choice itself and the engine's short-sequence prefills under it have not run on a GPU yet.
 const SPLIT_VARIANT: i32 = 209;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
