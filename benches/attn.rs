@@ -207,6 +207,20 @@ fn dobench_time(
     med * 1e-3
 }
 
+/// Reads the prefill timeline of `blocks` row blocks (`attn::prefill_sm90_timeline`, which also
+/// clears it) and writes it to `path`: one line per block, `attn::PREFILL_TIMELINE_FIELDS`
+/// space-separated `%globaltimer` words (ns).
+fn write_timeline(path: &str, blocks: usize) {
+    let recs = attn::prefill_sm90_timeline(blocks).unwrap();
+    let mut txt = String::new();
+    for r in recs.chunks(attn::PREFILL_TIMELINE_FIELDS) {
+        let line: Vec<String> = r.iter().map(u64::to_string).collect();
+        txt.push_str(&line.join(" "));
+        txt.push('\n');
+    }
+    std::fs::write(path, txt).unwrap();
+}
+
 /// Bench names of the sm_90a prefill tile variants (`PrefillKernel::Sm90Variant`).
 const VARIANT_NAMES: [&str; 39] = [
     "sm90v0", "sm90v1", "sm90v2", "sm90v3", "sm90v4", "sm90v5", "sm90v6", "sm90v7", "sm90v8",
@@ -360,15 +374,7 @@ fn quick() {
                     attn::prefill_sm90_timeline(0).unwrap();
                     run();
                     s.synchronize().unwrap();
-                    let recs = attn::prefill_sm90_timeline(blocks).unwrap();
-                    let mut txt = String::new();
-                    for r in recs.chunks(attn::PREFILL_TIMELINE_FIELDS) {
-                        let line: Vec<String> = r.iter().map(u64::to_string).collect();
-                        txt.push_str(&line.join(" "));
-                        txt.push('\n');
-                    }
-                    let path = format!("{dir}/tl_{}_v{v}.txt", id.replace('/', "_"));
-                    std::fs::write(&path, txt).unwrap();
+                    write_timeline(&format!("{dir}/tl_{}_v{v}.txt", id.replace('/', "_")), blocks);
                     // DELTAKIT_BENCH_TIMELINE_BB=<n>: also the records of the last of n
                     // back-to-back calls (as the timed sweep runs them; every call overwrites
                     // every block's fields) -> tl_bb_<id>_v<variant>.txt, and the mean time per
@@ -388,15 +394,10 @@ fn quick() {
                             *flops,
                             "TFLOP/s",
                         );
-                        let recs = attn::prefill_sm90_timeline(blocks).unwrap();
-                        let mut txt = String::new();
-                        for r in recs.chunks(attn::PREFILL_TIMELINE_FIELDS) {
-                            let line: Vec<String> = r.iter().map(u64::to_string).collect();
-                            txt.push_str(&line.join(" "));
-                            txt.push('\n');
-                        }
-                        let path = format!("{dir}/tl_bb_{}_v{v}.txt", id.replace('/', "_"));
-                        std::fs::write(&path, txt).unwrap();
+                        write_timeline(
+                            &format!("{dir}/tl_bb_{}_v{v}.txt", id.replace('/', "_")),
+                            blocks,
+                        );
                     }
                 }
             }

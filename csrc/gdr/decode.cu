@@ -364,19 +364,25 @@ struct Place {
   int64_t hv, n, kh;
   int col0;
 };
+// The (row, value head, key head, first column) of tile `tile` (tiles ordered value block fastest, then value head,
+// then row) for this thread's column group cg.
 template <int V, int BV>
-__device__ __forceinline__ Place place32(const Args& p, int cg) {
+__device__ __forceinline__ Place place_of(const Args& p, uint32_t tile, int cg) {
   constexpr int NVB = V / BV;
-  const uint32_t bid = blockIdx.x;
   const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
-  const int vb = static_cast<int>(bid % NVB);
-  const uint32_t rest = bid / NVB;
+  const int vb = static_cast<int>(tile % NVB);
+  const uint32_t rest = tile / NVB;
   Place c;
   c.hv = rest % hv32;
   c.n = rest / hv32;
   c.kh = static_cast<uint32_t>(c.hv) / (hv32 / static_cast<uint32_t>(p.h_k));
   c.col0 = vb * BV + cg * 4;
   return c;
+}
+// The tile of this CTA (one tile per CTA: blockIdx.x).
+template <int V, int BV>
+__device__ __forceinline__ Place place32(const Args& p, int cg) {
+  return place_of<V, BV>(p, blockIdx.x, cg);
 }
 
 // Token 0's inputs of row c.n for this thread (and a_log, dt_bias), issued before the slot load (PRE).
@@ -882,19 +888,6 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
 // per SM instead of 9.6. The fewer warps per SM a configuration has, the slower it is (nw1 slowest, nw4
 // fastest): the per-tile compute chain of the few resident warps bounds it, not the bytes in flight. Kept opt-in
 // as the measured evidence; not dispatched.
-template <int V, int BV>
-__device__ __forceinline__ Place place_of(const Args& p, uint32_t tile, int cg) {
-  constexpr int NVB = V / BV;
-  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
-  const int vb = static_cast<int>(tile % NVB);
-  const uint32_t rest = tile / NVB;
-  Place c;
-  c.hv = rest % hv32;
-  c.n = rest / hv32;
-  c.kh = static_cast<uint32_t>(c.hv) / (hv32 / static_cast<uint32_t>(p.h_k));
-  c.col0 = vb * BV + cg * 4;
-  return c;
-}
 
 // Token tok's inputs of head c.hv for this thread (and A_log, dt_bias).
 template <int K, int V, int EK>
