@@ -394,6 +394,22 @@ fn varlen_initial_states_padding_and_flags() {
     run_cases(&ctx, 2000, &[c, z, p]);
 }
 
+/// Long varlen sequences next to empty, single-token and padding ones, with per-sequence initial
+/// state flags: large enough (T > ~256 N tokens) that the context-parallel split variants
+/// (`DELTAKIT_GDR_SPLIT_VARIANT=6353`, forced) find their scratch in the workspace's W / U
+/// regions and really run the three passes (the other varlen cases are too small for that and
+/// run 209 under 6353). Under the default it is one more varlen case.
+#[test]
+fn varlen_long_sequences_context_parallel() {
+    let Some(ctx) = gpu("varlen_long_sequences_context_parallel") else { return };
+    let lens = [700usize, 0, 1, 1300, 33, 520];
+    let mut c = Case::new("varlen long + empty + padding", (2, 4, 128, 128), &lens);
+    c.slots = vec![3, 0, 5, 1, -1, 8];
+    c.num_slots = 10;
+    c.init = Init::PerSeq(vec![true, true, false, true, true, false]);
+    run_cases(&ctx, 2100, &[c]);
+}
+
 #[test]
 fn varlen_equals_each_sequence_alone() {
     let Some(ctx) = gpu("varlen_equals_each_sequence_alone") else { return };
@@ -1157,7 +1173,7 @@ fn context_parallel_three_passes_model() {
         println!(
             "case cp model w0={w0} {gmode:?} out_err {eo:.3e} state_err {es:.3e} (seed {seed})"
         );
-        assert!(eo <= 4e-3, "cp model w0={w0}: out rel err {eo} (seed {seed})");
+        assert!(eo <= 1e-4, "cp model w0={w0}: out rel err {eo} (seed {seed})");
         assert!(es <= 1e-5, "cp model w0={w0}: state rel err {es} (seed {seed})");
     }
 }

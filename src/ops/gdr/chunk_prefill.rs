@@ -371,7 +371,9 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// skip the cost model, 4096 (on 209: 4305, on 721: 4817) = context parallelism for few
 /// sequence-heads (three segments per sequence; pass 1 = segment 0 next to segment 1's transition
 /// and zero-start end state, an f32 scan, pass 3 = segments 1 and 2; only `K = V = 128`,
-/// `2 N H_v <= SMs` and a gain model, else 209 (4817: else 721); 6353 = 4305 without that model;
+/// `2 N H_v <= SMs` and a gain model, else 209 (4817: else 721); 6353 = 4305 without that model
+/// (still only where the W / U regions hold its records and 4 N H_v K V f32 states, about
+/// T > 256 N tokens at K = V = 128; else 209);
 /// session 7), 8192 (on 209: 8401; on 721 / 2769 / 3793: 8913 / 10961 / 11985; on 152: 8344) =
 /// the pair state CTA: two state warpgroups per CTA covering both 64-column halves of 128 value
 /// columns (shared K / Q / image stages, two stages, setmaxnreg 232 / 40; `V % 128 == 0`, else as
