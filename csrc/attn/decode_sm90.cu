@@ -903,19 +903,9 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   if (p.num_splits == 1 || cluster) return DK_OK;
   // Programmatic dependent launch: the merge grid's launch overlaps the tail of the split
   // kernel (it waits in griddepcontrol.wait); also inside CUDA graphs.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(tok * p.n_q_heads));
-  cfg.blockDim = dim3(HD / 4);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, decode_merge_kernel<HD, kTl<VAR>>,
-                                           static_cast<const float*>(a.po),
-                                           static_cast<const float*>(a.plse), a.out, a.splits);
+  const cudaError_t e =
+      dk::launch_pdl(decode_merge_kernel<HD, kTl<VAR>>, dim3(unsigned(tok * p.n_q_heads)), dim3(HD / 4), 0, stream,
+                     static_cast<const float*>(a.po), static_cast<const float*>(a.plse), a.out, a.splits);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     set_last_cuda_error(static_cast<int>(e));

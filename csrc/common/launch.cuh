@@ -27,6 +27,25 @@ inline dk_status launch_status() {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Launches `kernel<<<grid, block, smem, s>>>(args...)` as a programmatic dependent of the work before
+// it on `s` (PDL, cudaLaunchAttributeProgrammaticStreamSerialization: it may start while that work
+// drains and orders itself with griddepcontrol.wait); also valid inside CUDA graph capture.
+template <typename... Params, typename... Args>
+inline cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // Measurement aids (the kernels' per-block timelines): copies the first min(n, total) uint64
 // words of the __device__ array `symbol` (`total` words long) to `host`, zeroes the whole array
 // and waits for the device. `symbol` is the array itself (as for cudaGetSymbolAddress), so this

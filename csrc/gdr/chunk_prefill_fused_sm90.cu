@@ -1597,17 +1597,9 @@ dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   const int64_t items = a.w.nt * p.h_k;
   const int64_t lgrid = items < 3 * (int64_t(sms) - nstate) ? items : 3 * (int64_t(sms) - nstate);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(lgrid), 1, 1);
-  cfg.blockDim = dim3(128, 1, 1);
-  cfg.dynamicSmemBytes = kLpSmem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, split_local_kernel<LV>, run) != cudaSuccess) return dk::launch_status();
+  if (dk::launch_pdl(split_local_kernel<LV>, dim3(static_cast<unsigned>(lgrid)), dim3(128), kLpSmem, s, run) !=
+      cudaSuccess)
+    return dk::launch_status();
   SplitArgs fix = a;
   fix.fix = 1;
   split_wg_kernel<SV><<<grid, nthr, smem, s>>>(fix);
