@@ -24,18 +24,17 @@
 // cache policy.
 // Two kernels share run_tokens: decode_kernel (one-shot CTAs, the tile loaded straight into
 // registers) and decode_tma_kernel (persistent CTAs fed by bulk copies into a
-// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). Two more K = V = 128
-// kernels have their own token loops, built from the same per-token helpers: decode_sl_kernel (the tile landed in
+// shared-memory ring, NS items ahead: see its comment; opt-in, measured slower). One more K = V = 128
+// kernel has its own token loop, built from the same per-token helpers: decode_sl_kernel (the tile landed in
 // shared memory by cp.async, streamed from there; the default for T = 1 from kSlMinHeads (row, head) pairs,
-// 2-3% faster than the register tile there on an H200), and opt-in decode_ps_kernel (persistent CTAs, a 2- or
-// 3-stage shared-memory ring of tiles, the next token's inputs prefetched; 4-12% slower than decode_sl_kernel at
-// T = 1 on an H200, session 7). A cluster split-K kernel (a cluster of
-// CTAs per head, partials through distributed shared memory) measured 1.03-2x slower on an H200 and was removed
-// (docs/benchmarks/2026-12-01-gdrdec-s5.md).
+// 2-3% faster than the register tile there on an H200). A persistent shared-memory ring kernel (decode_ps_kernel,
+// sessions 7-8: 3-21% slower than decode_sl_kernel) and a cluster split-K kernel (a cluster of CTAs per head, partials
+// through distributed shared memory: 1.03-2x slower) were measured on an H200 and removed
+// (docs/benchmarks/2026-12-02-gdrdec-s8.md, 2026-12-01-gdrdec-s5.md).
 // Dispatch (launch_kv /
-// launch_reg, K, V in {64, 128}): K = V = 128, T = 1 with >= 768 (row, head) pairs: decode_sl_kernel, BV = 64,
-// NW = 2, 5 CTAs per SM (launch_sl). Else K = V = 128 (any T; the PRE + FG kernels, see below) with
-// 256..400 (row, head) pairs (one wave): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
+// launch_reg, K, V in {64, 128}): K = V = 128, T = 1 with >= 384 (row, head) pairs: decode_sl_kernel, BV = 64,
+// NW = 4, 5 CTAs per SM (launch_sl). Else K = V = 128 (any T; the PRE + FG kernels, see below) with
+// 256..400 (row, head) pairs (one wave; T = 1 only below 384): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
 // else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1. Other K, V in
 // {64, 128}: exact kernels, the same tiles for T = 1 only with the 64-column one from 512 tiles (T > 1:
 // BV = 16, NW = 1). DELTAKIT_GDR_DECODE forces a path (path_selected). A
@@ -773,8 +772,8 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 #endif
 }
 
-// ---- shared-memory-landed one-shot variant (the T = 1 default from kSlMinHeads pairs; forced for every K = V = 128
-// call by DELTAKIT_GDR_DECODE=sl_bv64_nw1 | sl_bv64_nw2) ------------------------------------------------------------
+// ---- shared-memory-landed one-shot variant (the T = 1 default from kSlMinHeads pairs with 4 warps; forced for every
+// K = V = 128 call by DELTAKIT_GDR_DECODE=sl_bv64_nw1 | sl_bv64_nw2 | sl_bv64_nw4) -------------------------------------
 // K = V = 128. The register kernel parks its 32 KB tile in registers for the CTA's whole life (255 registers, 4
 // CTAs per SM), but has loads in flight only during the load phase: the H200 timeline (2026-12-01 session 5,
 // docs/benchmarks/2026-12-01-gdrdec-s5.md) shows load 3.8 us, compute 2.8 us, store issue 1.0 us per CTA, i.e.
@@ -791,6 +790,10 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 // few requests outstanding part of the time: a CTA's tile buffer is held for its whole life but has loads in flight
 // only before its compute / store phases, and the single-warp compute streams 2 x 32 KB from shared memory
 // (short-scoreboard stalls 3.7 per issue vs 1.3 in the register kernel) at 5.9 warps per SM (FLA: 30).
+// Session 8 (2026-12-02): 4 warps (R = 16 rows per thread, 96 registers, 44 KB: 5 CTAs/SM = 19 active warps per SM
+// instead of 9.6, the same 160 KB of tile) ties 2 warps at B >= 64 (TP1 B=256 399.5 vs 400.0 us) and is 1.7-3% faster
+// at 384-768 pairs; ncu (TP1 B=64): DRAM busy 79.3% vs 80.0%, same bytes -- twice the resident warps do not shorten
+// the DRAM idle time, so resident warps are not what the gap to FLA (4.17 TB/s) is made of either.
 template <int K, int V, int BV, int NW, bool L2, int MINB = 1>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
@@ -864,170 +867,13 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   }
 }
 
-// ---- persistent shared-memory ring variant (opt-in: DELTAKIT_GDR_DECODE=ps_bv64_nw2_s2 | ps_bv64_nw2_s3 |
-// ps_bv64_nw4_s3 | ps_bv128_nw4_s3; harness ps_*) ---------------------------------------------------------------------
-// K = V = 128. Addresses the sl kernel's measured gap to FLA (ncu: the same DRAM active cycles, more DRAM idle time):
-// a one-shot CTA holds its tile buffer for its whole life but has loads in flight only until the tile has landed;
-// at its start the state address waits for the slot load (one dependent global round trip), and a new CTA starts
-// only after an old one has exited. Here gridDim.x CTAs (as many as fit, at most one per tile) walk the (row,
-// head, V tile) tiles with stride gridDim.x through an NS-stage ring of tile buffers in shared memory: while a
-// tile is computed and stored, the next NS - 1 tiles' state is in flight (per-thread cp.async of exactly the
-// float4s the thread owns, one commit group per tile, so no CTA barrier guards a buffer: a thread refills a
-// stage only after its own reads of the tile that held it), the slot of the tile NS ahead is loaded one tile
-// early, and the next token's inputs (a, b, q, k, v, A_log, dt_bias: token t + 1 of this tile, or token 0 of the
-// CTA's next tile) are loaded into registers while the current token computes. The reduction / q,k staging
-// buffers keep their token-parity double buffering across tiles (parity = the CTA's running token count). Gating
-// and norms as the FG kernels; T > 1 updates the tile in shared memory (as decode_sl_kernel).
-// DELTAKIT_GDR_DECODE_PS_GRID=N (tests only) caps the grid at N CTAs, so that small test batches walk many tiles
-// (padding rows included) per CTA.
-// H200 2026-12-01 session 7 (27B, L2-cold; docs/benchmarks/2026-12-01-gdrdec-s7.md): passes the GPU tests (also
-// with the grid capped at 5 / 7 CTAs), memcheck and racecheck clean, but SLOWER than decode_sl_kernel at every
-// shape: T = 1, best configuration +3..+11% (TP1 B=256: bv64_nw4_s3 417.0 us, bv64_nw2_s3 418.6, bv64_nw2_s2
-// 420.5, bv128_nw4_s3 451.9, bv64_nw1_s3 483.8 vs sl 400.0); T = 4 +4..+60% (B >= 16). ncu (TP1 B=64, bv64_nw2_s2
-// vs sl): the same DRAM active cycles, DRAM busy 74% vs 79% (FLA 83%), 23% more instructions, 5.9 resident warps
-// per SM instead of 9.6. The fewer warps per SM a configuration has, the slower it is (nw1 slowest, nw4
-// fastest): the per-tile compute chain of the few resident warps bounds it, not the bytes in flight. Kept opt-in
-// as the measured evidence; not dispatched.
-
-// Token tok's inputs of head c.hv for this thread (and A_log, dt_bias).
-template <int K, int V, int EK>
-__device__ __forceinline__ void load_tok(const Args& p, const Place& c, int64_t tok, int lane, TokIn<EK>& in) {
-  in.av = gate_in(p, p.a, tok, c.hv);
-  in.bv = gate_in(p, p.b, tok, c.hv);
-  in.a_log = p.a_log[c.hv];
-  in.dt_bias = p.dt_bias[c.hv];
-  load_qk_lane<K, EK>(p, tok, c.kh, lane, in.qf, in.kf);
-  load_v<V>(p, tok, c.hv, c.col0, in.vf);
-}
-
-template <int K, int BV, int NS>
-constexpr size_t ps_ring_bytes() {
-  return static_cast<size_t>(NS) * K * BV * sizeof(float);
-}
-
-template <int K, int V, int BV, int NW, int NS, bool L2, int MINB = 1>
-__global__ void __launch_bounds__(NW * 32, MINB) decode_ps_kernel(const Args p, int64_t num_tiles) {
-  using G = Geo<K, V, BV, NW>;
-  constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK, NVB = G::NVB;
-  constexpr int NT = NW * 32;
-  constexpr int kStage = R * NT;  // float4s per stage
-  static_assert(K == 128 && V == 128, "ps path: K = V = 128");
-  static_assert(NS >= 2 && NS <= 4, "NS");
-  extern __shared__ __align__(16) float4 ring[];  // [NS][R][NT]: [stage][row i of the thread][thread]
-  __shared__ Smem<K, BV, NW> sm;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int cg = lane % LV;
-  const int kq = lane / LV;
-  const int kt = warp * KW + kq;
-  const int64_t stride = gridDim.x;
-  const uint32_t tiles_per_row = static_cast<uint32_t>(NVB) * static_cast<uint32_t>(p.h_v);
-  const int64_t out_row = p.h_v * V;
-
-  // Slot of tile `tile` (-1 past the end).
-  auto slot_of = [&](int64_t tile) -> int32_t {
-    return tile < num_tiles ? p.slots[static_cast<uint32_t>(tile) / tiles_per_row] : -1;
-  };
-  // This thread's copies of tile `tile`'s state into stage `stage` (none for padding / past the end), then one
-  // commit group (empty or not: one group per tile keeps the wait_group count uniform).
-  auto issue = [&](int stage, int64_t tile, int32_t slot) {
-    if (tile < num_tiles && slot_live(p, slot)) {
-      const Place c = place_of<V, BV>(p, static_cast<uint32_t>(tile), cg);
-      const float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
-      float4* buf = ring + stage * kStage;
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const uint32_t dst = smem_addr(&buf[i * NT + threadIdx.x]);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-                     "l"(st + static_cast<int64_t>(kt + i * KT) * V)
-                     : "memory");
-      }
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  };
-
-  int64_t tile = blockIdx.x;
-  // q[s] = slot of tile + s * stride; stages 0..NS-2 in flight before the loop.
-  int32_t q[NS];
-#pragma unroll
-  for (int s = 0; s < NS; ++s) q[s] = slot_of(tile + s * stride);
-#pragma unroll
-  for (int s = 0; s < NS - 1; ++s) issue(s, tile + s * stride, q[s]);
-  TokIn<EK> in;  // the current token's inputs
-  if (tile < num_tiles) {
-    const Place c0 = place_of<V, BV>(p, static_cast<uint32_t>(tile), cg);
-    load_tok<K, V, EK>(p, c0, c0.n * p.t, lane, in);
-  }
-  uint32_t u = 0;  // live tokens processed by this CTA: the reduction / staging buffer parity
-  for (int j = 0; tile < num_tiles; ++j, tile += stride) {
-    const int stage = j % NS;
-    // Refill the stage of the tile before this one (this thread's reads of it are done) with tile j + NS - 1.
-    issue((j + NS - 1) % NS, tile + (NS - 1) * stride, q[NS - 1]);
-    const int32_t q_next = slot_of(tile + NS * stride);  // consumed by the next iteration's issue
-    const Place c = place_of<V, BV>(p, static_cast<uint32_t>(tile), cg);
-    const int32_t slot = q[0];
-#pragma unroll
-    for (int s = 0; s < NS - 1; ++s) q[s] = q[s + 1];
-    q[NS - 1] = q_next;
-    const int64_t next_tile = tile + stride;
-    if (!slot_live(p, slot)) {
-      if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
-      if (next_tile < num_tiles) {
-        const Place cn = place_of<V, BV>(p, static_cast<uint32_t>(next_tile), cg);
-        load_tok<K, V, EK>(p, cn, cn.n * p.t, lane, in);
-      }
-      continue;
-    }
-    float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
-    float4* buf = ring + stage * kStage;
-    const float neg_a = gate_neg_a<true>(in.a_log);
-    for (int64_t t = 0; t < p.t; ++t) {
-      const int64_t tok = c.n * p.t + t;
-      const int par = static_cast<int>(u & 1u);
-      // The next token's inputs, in flight while this one computes.
-      TokIn<EK> nx = in;
-      if (t + 1 < p.t) {
-        load_tok<K, V, EK>(p, c, tok + 1, lane, nx);
-      } else if (next_tile < num_tiles) {
-        const Place cn = place_of<V, BV>(p, static_cast<uint32_t>(next_tile), cg);
-        load_tok<K, V, EK>(p, cn, cn.n * p.t, lane, nx);
-      }
-      float decay, beta;
-      token_gates<true>(neg_a, in.dt_bias, in.av, in.bv, decay, beta);
-      float iq, ik;
-      const float qk = qk_norms<EK, L2, true>(in.qf, in.kf, p.scale, iq, ik);
-      float* qs = sm.qk[warp][par][0];
-      float* ks = sm.qk[warp][par][1];
-      stage_qk<EK>(qs, ks, in.qf, in.kf, iq, ik, lane);
-      __syncwarp();
-      if (t == 0) asm volatile("cp.async.wait_group %0;\n" ::"n"(NS - 1) : "memory");  // this tile's own copies
-      float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const int row = kt + i * KT;
-        acc_row(pk, pq, buf[i * NT + threadIdx.x], ks[row], qs[row]);
-      }
-      reduce_cols<K, BV, NW, LV>(pk, pq, sm, par, warp, kq, cg);
-      float d[4], o[4];
-      delta_out(in.vf, pk, pq, decay, beta, qk, d, o);
-      if (kt == 0) store_bf16x4(p.out + tok * out_row + c.hv * V + c.col0, o[0], o[1], o[2], o[3]);
-      const bool last = t + 1 == p.t;
-#pragma unroll
-      for (int i = 0; i < R; ++i) {
-        float4 s = buf[i * NT + threadIdx.x];
-        update_row(s, decay, ks[kt + i * KT], d);
-        if (last) {
-          store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s);
-        } else {
-          buf[i * NT + threadIdx.x] = s;
-        }
-      }
-      ++u;
-      in = nx;
-    }
-  }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
+// ---- removed: persistent shared-memory ring variant (decode_ps_kernel, DELTAKIT_GDR_DECODE=ps_*, harness ps_*) ----
+// Persistent CTAs walking the tiles through a 2- or 3-stage cp.async ring of tile buffers, the next token's inputs
+// prefetched (session 7). It passed the GPU tests, memcheck and racecheck but measured SLOWER than decode_sl_kernel at
+// every shape on an H200: session 7 +3..+21% at T = 1 (bv64_nw1/nw2/nw4 with 2-3 stages, bv128_nw4_s3), +4..+60% at
+// T = 4; session 8 (2026-12-02) bv64_nw8_s2 +4..+10% and bv64_nw4_s3 +3..+12% again, B = 1 included
+// (docs/benchmarks/2026-12-01-gdrdec-s7.md, 2026-12-02-gdrdec-s8.md). Removed in session 8: it duplicated the sl
+// kernel's token body. Those DELTAKIT_GDR_DECODE values now select the default dispatch, like any unknown value.
 
 template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream);
@@ -1107,53 +953,6 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
-// DELTAKIT_GDR_DECODE_PS_GRID (tests only; read once per process): caps the persistent ring kernel's grid (0 = no cap).
-inline int64_t ps_grid_cap() {
-  static const int64_t cap = [] {
-    const char* e = std::getenv("DELTAKIT_GDR_DECODE_PS_GRID");
-    if (e == nullptr) return int64_t{0};
-    const long long v = std::atoll(e);
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{0};
-  }();
-  return cap;
-}
-
-// Launches the persistent shared-memory ring kernel (K = V = 128): grid = min(tiles, SMs x resident CTAs per SM),
-// the ring (NS x K x BV x 4 bytes) as dynamic shared memory.
-template <int K, int V, int BV, int NW, int NS, int MINB = 1>
-dk_status launch_ps(const Args& a, bool l2, cudaStream_t stream) {
-  static_assert(K == 128 && V == 128, "ps path: K = V = 128");
-  constexpr size_t smem = ps_ring_bytes<K, BV, NS>();
-  static_assert(smem + sizeof(Smem<K, BV, NW>) <= 227 * 1024, "shared memory");
-  const int64_t tiles = a.n * a.h_v * (V / BV);
-  if (tiles == 0) return DK_OK;
-  if (tiles > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
-  auto kern = l2 ? decode_ps_kernel<K, V, BV, NW, NS, true, MINB> : decode_ps_kernel<K, V, BV, NW, NS, false, MINB>;
-  // Resident CTAs per device (attributes set once per (instantiation, device)); 0 = not yet known.
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int64_t> caps[2][kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
-  if (dev < 0 || dev >= kMaxDevices) return DK_ERR_UNSUPPORTED;
-  int64_t cap = caps[l2][dev].load(std::memory_order_relaxed);
-  if (cap == 0) {
-    int sms = 0, per_sm = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess ||
-        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem) != cudaSuccess)
-      return dk::launch_status();
-    if (per_sm < 1) return DK_ERR_UNSUPPORTED;
-    cap = static_cast<int64_t>(sms) * per_sm;
-    caps[l2][dev].store(cap, std::memory_order_relaxed);
-  }
-  const int64_t test_cap = ps_grid_cap();
-  if (test_cap > 0 && test_cap < cap) cap = test_cap;
-  const int64_t grid = tiles < cap ? tiles : cap;
-  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(a, tiles);
-  return dk::launch_status();
-}
-
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
@@ -1178,13 +977,17 @@ constexpr int64_t kWideTileMinTilesFg = 256;
 constexpr int64_t kWholeHeadMinHeads = 256;
 constexpr int64_t kWholeHeadMaxHeads = 400;
 
-// K = V = 128, T = 1, from this many (row, head) pairs (1536 64-column tiles, 27B TP1 batch 16): the shared-memory-
-// landed tile decode_sl_kernel<64 columns, 2 warps, 5 CTAs/SM> instead of the 64-column register tile. H200
-// 2026-12-01 session 6 (L2-cold us, register tile -> sl): TP1 B=16 30.8 -> 30.0, B=64 106.1 -> 104.4, B=256 413.3 ->
-// 402.2 (4.00 TB/s); TP2 B=64 56.5 -> 55.4, B=256 211.1 -> 206.0; TP2 B=16 (384 pairs, the whole-head tile) 17.3 = 17.3
-// (not switched). T > 1 keeps the register tiles (sl 12-27% slower at T = 4 B = 16 / 64: the tile is re-read from
-// shared memory every token). Between 400 and 768 pairs unmeasured (register tile kept).
-constexpr int64_t kSlMinHeads = 768;
+// K = V = 128, T = 1, from this many (row, head) pairs (768 64-column tiles, 27B TP2 batch 16 / TP1 batch 8): the
+// shared-memory-landed tile decode_sl_kernel<64 columns, 4 warps, 5 CTAs/SM> (launch_sl<64, 4, 5>) instead of the
+// register tiles (the whole-head one at 384..400 pairs, the 64-column one above). H200, L2-cold us:
+// session 6, register tile -> sl with 2 warps: TP1 B=16 30.8 -> 30.0, B=64 106.1 -> 104.4, B=256 413.3 -> 402.2; TP2
+// B=64 56.5 -> 55.4, B=256 211.1 -> 206.0 (that was the default from 768 pairs, sessions 6-7). Session 8
+// (2026-12-02, one call), sl 2 warps -> 4 warps (20 instead of 10 warps per SM, the same 160 KB of tile per SM):
+// TP1 B=16 29.6 -> 29.1, B=64 103.6 -> 103.4, B=256 400.0 -> 399.5; TP2 B=64 55.3 -> 54.6, B=256 204.5 -> 204.4 (a tie
+// from 64 rows, warm within +0.1%); TP2 B=16 (384 pairs) whole-head tile 17.1 -> 16.6 (warm 14.0 -> 12.4). 385..767
+// pairs unmeasured (both ends in favour). T > 1 keeps the register tiles (sl 12-27% slower at T = 4 B = 16 / 64,
+// session 6: the tile is re-read from shared memory every token).
+constexpr int64_t kSlMinHeads = 384;
 
 // Decode path override, DELTAKIT_GDR_DECODE (read once per process; unset or any other value =
 // kAuto, the tuned dispatch of launch_kv: for K = V = 128 the PRE + FG kernels with the tile rule
@@ -1199,16 +1002,16 @@ constexpr int64_t kSlMinHeads = 768;
 // 6-16% ahead of FLA at T = 4); "reg_pre_bv128" = "reg_pre" for T = 1 and the whole-head PRE tile for
 // T > 1 with >= 256 (row, head) pairs (K = V = 128; a candidate default); "reg_fg" = the same tiles with the FG kernels (PRE + gating /
 // norm math through the hardware approximations; a candidate default); "sl_bv64_nw1", "sl_bv64_nw2", "sl_bv64_nw4" = the
-// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 / 4 warps; nw4: 5 CTAs/SM = 20 warps, not yet
-// measured) for every K = V = 128 call (other K, V: the default dispatch); "reg_tiles" = the default without its
-// sl route (the register-tile dispatch that was the default until 2026-12-01 session 5); "ps_bv64_nw2_s2",
-// "ps_bv64_nw2_s3", "ps_bv64_nw4_s3", "ps_bv128_nw4_s3" = the persistent ring kernel (decode_ps_kernel; measured
-// slower, session 7) for every K = V = 128 call. Small head dims are unaffected. (A cluster split-K kernel,
-// "cl*_nw*", measured 1.03-2x slower on an H200 and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md.)
+// shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 / 4 warps; nw4 is the default's T = 1 tile from
+// kSlMinHeads pairs, nw2 the one before 2026-12-02) for every K = V = 128 call (other K, V: the default dispatch);
+// "reg_tiles" = the default without its sl route (the register-tile dispatch that was the default until 2026-12-01
+// session 5). Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured 1.03-2x slower on an H200
+// and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md; the persistent ring kernel "ps_*" measured 3-21% slower
+// and was removed in session 8: docs/benchmarks/2026-12-02-gdrdec-s8.md.)
 // For tests and measurements.
 enum class Path {
   kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
-  kSl64Nw1, kSl64Nw2, kSl64Nw4, kRegTiles, kPs64Nw2S2, kPs64Nw2S3, kPs64Nw4S3, kPs128Nw4S3
+  kSl64Nw1, kSl64Nw2, kSl64Nw4, kRegTiles
 };
 
 inline Path path_selected() {
@@ -1229,10 +1032,6 @@ inline Path path_selected() {
     if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
     if (std::strcmp(e, "sl_bv64_nw4") == 0) return Path::kSl64Nw4;
     if (std::strcmp(e, "reg_tiles") == 0) return Path::kRegTiles;
-    if (std::strcmp(e, "ps_bv64_nw2_s2") == 0) return Path::kPs64Nw2S2;
-    if (std::strcmp(e, "ps_bv64_nw2_s3") == 0) return Path::kPs64Nw2S3;
-    if (std::strcmp(e, "ps_bv64_nw4_s3") == 0) return Path::kPs64Nw4S3;
-    if (std::strcmp(e, "ps_bv128_nw4_s3") == 0) return Path::kPs128Nw4S3;
     return Path::kAuto;
   }();
   return path;
@@ -1274,7 +1073,7 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kRegExact) return launch_reg<K, V, true, false, false, true>(a, l2, stream);
       if (path == Path::kAuto && a.t == 1 && a.n * a.h_v >= kSlMinHeads)
-        return launch_sl<K, V, 64, 2, 5>(a, l2, stream);
+        return launch_sl<K, V, 64, 4, 5>(a, l2, stream);
       return launch_reg<K, V, true, true, false, true>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);
@@ -1285,15 +1084,6 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
       if (path == Path::kSl64Nw1) return launch_sl<K, V, 64, 1>(a, l2, stream);
       if (path == Path::kSl64Nw4) return launch_sl<K, V, 64, 4, 5>(a, l2, stream);
       return launch_sl<K, V, 64, 2, 5>(a, l2, stream);
-    }
-    return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
-  }
-  if (path == Path::kPs64Nw2S2 || path == Path::kPs64Nw2S3 || path == Path::kPs64Nw4S3 || path == Path::kPs128Nw4S3) {
-    if constexpr (K == 128 && V == 128) {
-      if (path == Path::kPs64Nw2S2) return launch_ps<K, V, 64, 2, 2>(a, l2, stream);
-      if (path == Path::kPs64Nw2S3) return launch_ps<K, V, 64, 2, 3>(a, l2, stream);
-      if (path == Path::kPs64Nw4S3) return launch_ps<K, V, 64, 4, 3>(a, l2, stream);
-      return launch_ps<K, V, 128, 4, 3>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
   }

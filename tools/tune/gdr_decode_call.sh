@@ -104,10 +104,8 @@ if has tests; then
     run_log "test_${name%%-*}" - "$bin" --test-threads 4 --nocapture
   done
   dbin=$(ls /tmp/gdbin/gdr_decode-* | head -n 1)
-  for pipe in ${DECODE_PIPES:-reg_pre reg_bv128 tma_bv64_nw4_s3}; do  # pipe[+G]: G = DELTAKIT_GDR_DECODE_PS_GRID
-    pe="DELTAKIT_GDR_DECODE=${pipe%%+*}"
-    [ "${pipe#*+}" != "$pipe" ] && pe="$pe,DELTAKIT_GDR_DECODE_PS_GRID=${pipe#*+}"
-    run_log "test_decode_$pipe" "$pe" "$dbin" --test-threads 4 --nocapture \
+  for pipe in ${DECODE_PIPES:-reg_pre reg_bv128 tma_bv64_nw4_s3}; do
+    run_log "test_decode_$pipe" "DELTAKIT_GDR_DECODE=$pipe" "$dbin" --test-threads 4 --nocapture \
       --skip decode_long_row_int64_offsets
   done
   cbin=$(ls /tmp/gdbin/conv1d_prefill-* | head -n 1)

@@ -331,16 +331,12 @@ const Cfg kCfgs[] = {
     {"sl_bv64_nw2_m5", launch_sl<128, 128, 64, 2, 5>},
     {"sl_bv32_nw1_m11", launch_sl<128, 128, 32, 1, 11>},
     {"sl_bv32_nw2_m6", launch_sl<128, 128, 32, 2, 6>},
-    // Session 7 (prepared after the call, not yet measured): more resident warps per SM for the same tile bytes.
+    // Session 7: more resident warps per SM for the same tile bytes (session 8, H200: nw4_m5 ties nw2_m5 from 64 rows,
+    // 1.7-3% faster at 384-768 pairs -> the T = 1 default from 384 pairs; bv128_nw8 2.5-3% slower).
     {"sl_bv64_nw4_m5", launch_sl<128, 128, 64, 4, 5>},
     {"sl_bv128_nw8", launch_sl<128, 128, 128, 8>},
-    // Persistent shared-memory ring kernel (csrc/gdr/decode.cu decode_ps_kernel): ps_bv<BV>_nw<NW>_s<NS stages>.
-    {"ps_bv64_nw2_s2", launch_ps<128, 128, 64, 2, 2>},
-    {"ps_bv64_nw2_s3", launch_ps<128, 128, 64, 2, 3>},
-    {"ps_bv64_nw4_s3", launch_ps<128, 128, 64, 4, 3>},
-    {"ps_bv64_nw1_s3", launch_ps<128, 128, 64, 1, 3>},
-    {"ps_bv128_nw4_s3", launch_ps<128, 128, 128, 4, 3>},
-    {"ps_bv64_nw8_s2", launch_ps<128, 128, 64, 8, 2>},  // session 7, prepared after the call, not yet measured
+    // (ps_bv*_nw*_s*: the persistent shared-memory ring kernel, removed after its session-8 sweep: 3-21% slower than
+    // the sl tile at every shape, docs/benchmarks/2026-12-02-gdrdec-s8.md.)
     // bv64_nw2_pre_fg with %globaltimer stamps (timeline; dk_tune_gdr_decode_prof).
     {"prof_bv64_nw2_pre_fg", launch_prof<128, 128, 64, 2>},
     // TMA-fed persistent kernel (csrc/gdr/decode.cu decode_tma_kernel): tma_bv<BV>_nw<NW>_s<NS stages>[_ef].

@@ -49,9 +49,10 @@ pub struct DecodeStrides {
 /// `q`, `k`, `v`, `state`, `out` 16-byte aligned.
 ///
 /// Kernels (`csrc/gdr/decode.cu`): by default a one-shot register-tile kernel, the tile chosen by
-/// the number of (row, head) pairs; for `K = V = 128`, `T = 1` and >= 768 (row, head) pairs a
+/// the number of (row, head) pairs; for `K = V = 128`, `T = 1` and >= 384 (row, head) pairs a
 /// one-shot kernel whose 64-column tile lands in shared memory (`cp.async`) and is streamed from
-/// there (more state in flight per SM; 1.6-2.7% faster on an H200). For `K = V = 128` (every `T`)
+/// there by 4 warps (more state in flight per SM; 1.6-3% faster than the register tiles on an
+/// H200). For `K = V = 128` (every `T`)
 /// the default kernels load a row's first-token inputs before its slot and compute the gating
 /// (`exp`, `softplus`, `sigmoid`) and the q/k norms (`rsqrt`) with the hardware approximations
 /// (relative error ~1e-6 in f32, well below the bf16 output rounding); other head dims use the
@@ -62,11 +63,8 @@ pub struct DecodeStrides {
 /// 128`: the exact first-input-ahead kernel with the earlier dispatch / the whole-head tile for
 /// every call / whole-head tiles for `T > 1` from 256 pairs, exact or approximate), `reg_tiles`
 /// (the default without its shared-memory route), `sl_bv64_nw1` / `sl_bv64_nw2` / `sl_bv64_nw4` (the
-/// shared-memory tile, 1 / 2 / 4 warps, for every `K = V = 128` call), `ps_bv64_nw2_s2` /
-/// `ps_bv64_nw2_s3` / `ps_bv64_nw4_s3` / `ps_bv128_nw4_s3` (a persistent kernel whose CTAs walk the
-/// tiles through a 2- or 3-stage shared-memory ring, the next tiles' state and the next token's
-/// inputs in flight while one computes, for every `K = V = 128` call; 3-11% slower than the
-/// shared-memory tile on an H200; `DELTAKIT_GDR_DECODE_PS_GRID=N` caps its grid, for tests),
+/// shared-memory tile, 1 / 2 / 4 warps, for every `K = V = 128` call; 4 warps is the default's
+/// `T = 1` tile from 384 pairs, 2 warps the one before 2026-12-02),
 /// or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
 /// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles
 /// into shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128}
