@@ -67,6 +67,9 @@ def parse_args():
     p.add_argument("--sweep", action="store_true", help="also time every fixed decode tile configuration")
     p.add_argument("--sweep-only", default="", help="comma-separated substrings: sweep only these configurations")
     p.add_argument("--graph-b2b", action="store_true", help="decode: also time 20 back-to-back calls in a CUDA graph")
+    p.add_argument("--fla-extra", action="store_true",
+                   help="decode: also time FLA's kernel on the [K, V] (V-contiguous) state (state_v_first=False) and "
+                   "in place (its Triton kernel launched with ht = h0): what FLA's lead over deltakit is made of")
     p.add_argument("--graph-b2b-max-b", type=int, default=16, help="--graph-b2b only up to this batch")
     p.add_argument("--decode-t", default="1", help="decode tokens per row: comma-separated T values (T > 1: B 16/64)")
     p.add_argument("--libs", default="dk,fi,fla")
@@ -198,6 +201,14 @@ class DkDecode:
                          state.shape[0], hk * K, hk * K, hv * V, hv, K ** -0.5, 1)
         return p
 
+    @staticmethod
+    def params_like(p, slots):
+        """A copy of p with other slots (same n)."""
+        c = DecodeParams()
+        ctypes.pointer(c)[0] = p
+        c.slots = slots.data_ptr()
+        return c
+
     def call(self, p, cfg=None):
         s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         st = self.lib.dk_gdr_decode(ctypes.byref(p), s) if cfg is None else \
@@ -216,6 +227,78 @@ def load_chunk_module():
 
 
 # ------------------------------------------------------------------------------------------ decode
+def sx_check(dk, ci, sx, par, pool, pool_oop, pool_vk, out, slots_warm, ref_dk, B, T, hv):
+    """Correctness of a measurement-only sl configuration (csrc/gdr/decode.cu decode_sl_kernel SX): *_oop writes the
+    state to slot + num_slots of a doubled pool (compared with the dispatch on the same slots), *_noslot has row n use
+    slot n (compared with the dispatch on slots 0..B-1). Leaves pool / pool_oop holding the initial states."""
+    init = pool_vk.transpose(-1, -2)
+    P = pool.shape[0]
+    if "noslot" in sx:
+        ident = torch.arange(B, device=DEV, dtype=torch.int32)
+        pool.copy_(init)
+        dk.call(dk.params_like(par(slots_warm), ident))
+        torch.cuda.synchronize()
+        ref = (out.clone().view(B, T, hv, V), pool[:B].transpose(-1, -2).clone())
+    else:
+        ref = ref_dk
+    pool.copy_(init)
+    if pool_oop is not None:
+        pool_oop[:P].copy_(init)
+    out.fill_(float("nan"))
+    dk.call(par(slots_warm, sx=sx), ci)
+    torch.cuda.synchronize()
+    o_c = out.clone().view(B, T, hv, V)
+    if sx == "noslot":
+        s_c = pool[:B]
+    elif sx == "oop":
+        s_c = pool_oop[P + slots_warm.long()]
+    else:  # noslot_oop: the window-0 view (slots 0..B-1) writes to slots B..2B-1
+        s_c = pool_oop[B:2 * B]
+    r = {"relerr_o_vs_dk": rel(o_c, ref[0]), "relerr_s_vs_dk": rel(s_c.transpose(-1, -2), ref[1]),
+         "note": "measurement only: " + sx}
+    pool.copy_(init)
+    if pool_oop is not None:
+        pool_oop[:P].copy_(init)
+    return r
+
+
+def fla_extra(row, timed, fla, kw, ref, q, k, v, a, b, A_log, dt_bias, pool_vk, slots_warm, wins, hk, hv, B, T):
+    """FLA's fused_recurrent kernel on the [K, V] state (state_v_first=False: 128 rows x 8 columns = 32-byte pieces per
+    program) and in place on the K-contiguous state (its Triton kernel launched with ht = h0, as the wrapper launches
+    it otherwise): separates FLA's layout and its out-of-place state write from its work shape."""
+    kw_kv = dict(kw, state_v_first=False)
+    try:
+        h0 = pool_vk[slots_warm.long()].transpose(-1, -2).contiguous()
+        o, ht = fla(q, k, v, initial_state=h0, **kw_kv)
+        torch.cuda.synchronize()
+        h0s = {id(sl): pool_vk[sl.long()].transpose(-1, -2).contiguous() for sl in [slots_warm] + wins}
+        timed("fla_kv", lambda sl: (lambda h0=h0s[id(sl)]: fla(q, k, v, initial_state=h0, **kw_kv)))
+        row["fla_kv"].update(relerr_o_vs_fla=rel(o, ref[0]), relerr_s_vs_fla=rel(ht.transpose(-1, -2), ref[1]))
+        del h0s
+    except Exception as e:  # noqa: BLE001
+        row["fla_kv"] = {"error": err_text(e)}
+    try:
+        from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd_kernel as fk
+        o_ip = torch.empty_like(v)
+
+        def inplace(h0):
+            fk[((V // 8) * B * hv,)](
+                q=q, k=k, v=v, g=a, gk=None, gv=None, beta=b, A_log=A_log, dt_bias=dt_bias, o=o_ip, h0=h0, ht=h0,
+                cu_seqlens=None, scale=K ** -0.5, T=T, H=hk, HV=hv, K=K, V=V, BK=K, BV=8, IS_BETA_HEADWISE=True,
+                USE_QK_L2NORM_IN_KERNEL=True, APPLY_BETA_SIGMOID=True, ALLOW_NEG_EIGVAL=False, STATE_V_FIRST=True,
+                num_warps=1, num_stages=3)
+        h0 = pool_vk[slots_warm.long()].contiguous()
+        inplace(h0)
+        torch.cuda.synchronize()
+        err = (rel(o_ip, ref[0]), rel(h0, ref[1]))
+        h0s = {id(sl): pool_vk[sl.long()].contiguous() for sl in [slots_warm] + wins}
+        timed("fla_inplace", lambda sl: (lambda h0=h0s[id(sl)]: inplace(h0)))
+        row["fla_inplace"].update(relerr_o_vs_fla=err[0], relerr_s_vs_fla=err[1])
+        del h0s
+    except Exception as e:  # noqa: BLE001
+        row["fla_inplace"] = {"error": err_text(e)}
+
+
 def decode_row(libs, dk, name, hk, hv, B, T=1):
     row = {"kind": "decode", "case": name, "B": B, "T": T}
     RES["rows"].append(row)
@@ -294,16 +377,31 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
             del h0s
         except Exception as e:  # noqa: BLE001
             row["fla_kernel"] = {"error": err_text(e)}
+        if ARGS.fla_extra and "fla" in outs:
+            fla_extra(row, timed, fla, kw, outs["fla"], q, k, v, a, b, A_log, dt_bias, pool_vk, slots_warm, wins,
+                      hk, hv, B, T)
     if dk is not None:
         pool = pool_vk.transpose(-1, -2).contiguous()  # [slot, Hv, K, V]
         out = torch.empty(B * T, hv, V, device=DEV, dtype=torch.bfloat16)
         ps = {}
         pool_kc = None  # K-contiguous pool for the kc_* sweep configurations (created on first use)
+        pool_oop = None  # twice the pool for the *_oop configurations (state written to slot + num_slots)
+        win_of = {id(slots_warm): 0}
+        win_of.update({id(w_): i for i, w_ in enumerate(wins)})
 
-        def par(sl, kc=False):
-            key = (id(sl), kc)
+        def par(sl, kc=False, sx=""):
+            key = (id(sl), kc, sx)
             if key not in ps:
-                ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool_kc if kc else pool, out, hk, hv, T)
+                if "noslot" in sx:  # row n reads slot n of a window-sized view: fresh rows for every cold window
+                    # (out of place: views at 2 w B, written at (2 w + 1) B, so no window reads what another wrote)
+                    w_ = win_of[id(sl)] * (2 if "oop" in sx else 1)
+                    st_ = (pool_oop if "oop" in sx else pool)[w_ * B:(w_ + 1) * B]
+                    ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, st_, out, hk, hv, T)
+                elif "oop" in sx:
+                    ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool_oop, out, hk, hv, T)
+                    ps[key].num_slots = pool_oop.shape[0] // 2
+                else:
+                    ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool_kc if kc else pool, out, hk, hv, T)
             return ps[key]
         try:
             dk.call(par(slots_warm))
@@ -318,6 +416,18 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
                     kc = cn.startswith("kc_")
                     if kc and pool_kc is None:
                         pool_kc = pool_vk.clone()  # [slot, Hv, V, K]
+                    sx = "_".join(x_ for x_ in ("noslot", "oop") if "_" + x_ in cn)
+                    if sx:
+                        try:
+                            if "oop" in sx and pool_oop is None:
+                                pool_oop = torch.empty((2 * pool.shape[0],) + tuple(pool.shape[1:]), device=DEV)
+                            row["dk:" + cn] = sx_check(dk, ci, sx, par, pool, pool_oop, pool_vk, out, slots_warm,
+                                                       outs["dk"], B, T, hv)
+                        except Exception as e:  # noqa: BLE001
+                            row["dk:" + cn] = {"error": err_text(e)}
+                            continue
+                        timed("dk:" + cn, lambda sl, ci=ci, sx=sx: (lambda p=par(sl, sx=sx): dk.call(p, ci)))
+                        continue
                     # correctness of the configuration vs the dispatch (same inputs, same initial states: the timing
                     # calls before this one updated the pool in place, so restore it first)
                     try:
@@ -348,7 +458,7 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
                             row["dk:" + cn]["timeline"] = {"error": err_text(e)}
         except Exception as e:  # noqa: BLE001
             row["dk"] = {"error": err_text(e)}
-        del pool, pool_kc
+        del pool, pool_kc, pool_oop
     ref = outs.get("fi") or outs.get("fla")
     for key in ("dk", "fla"):
         if key in outs and ref is not None and outs[key] is not ref:
@@ -1031,6 +1141,15 @@ def table():
                          "".join(f"; {k_[3:]} MISMATCH o {row[k_].get('relerr_o_vs_dk', float('nan')):.1e} S "
                                  f"{row[k_].get('relerr_s_vs_dk', float('nan')):.1e}" for k_ in ks if "error" not in row[k_]
                                  and not (row[k_].get("relerr_o_vs_dk", 1.0) <= 1e-3 and row[k_].get("relerr_s_vs_dk", 1.0) <= 1e-4)))
+    for row in RES["rows"]:
+        xs = [k_ for k_ in ("fla_kv", "fla_inplace") if k_ in row]
+        if xs and row["kind"] == "decode":
+            sweep.append(f"{row['case']}: FLA extra (cold/warm us): fla {row.get('fla_kernel', {}).get('cold_ms', 0) * 1e3:.1f}/"
+                         f"{row.get('fla_kernel', {}).get('warm_ms', 0) * 1e3:.1f} " +
+                         " ".join(f"{k_} {row[k_].get('cold_ms', 0) * 1e3:.1f}/{row[k_].get('warm_ms', 0) * 1e3:.1f}"
+                                  f" (vs fla o {row[k_].get('relerr_o_vs_fla', float('nan')):.1e} S "
+                                  f"{row[k_].get('relerr_s_vs_fla', float('nan')):.1e})"
+                                  f"{' ERROR ' + row[k_]['error'][:80] if 'error' in row[k_] else ''}" for k_ in xs))
     if sweep:
         out += "\ndecode tile sweep (same harness):\n" + "\n".join(sweep)
     tls = []

@@ -794,7 +794,11 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 // instead of 9.6, the same 160 KB of tile) ties 2 warps at B >= 64 (TP1 B=256 399.5 vs 400.0 us) and is 1.7-3% faster
 // at 384-768 pairs; ncu (TP1 B=64): DRAM busy 79.3% vs 80.0%, same bytes -- twice the resident warps do not shorten
 // the DRAM idle time, so resident warps are not what the gap to FLA (4.17 TB/s) is made of either.
-template <int K, int V, int BV, int NW, bool L2, int MINB = 1>
+// SX (measurement only, tools/tune/gdr_decode_lib.cu; 0 in the library): bit 0 = no slot load (row n uses slot n:
+// the state address no longer waits for a dependent load at the CTA's start, as for FLA's kernel on a pre-gathered
+// state), bit 1 = out of place (the updated tile goes to slot + num_slots of a pool twice as large, as FLA writes
+// its final state to a separate tensor). Both break the op's contract; they isolate what the gap to FLA is made of.
+template <int K, int V, int BV, int NW, bool L2, int MINB = 1, int SX = 0>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
   constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK;
@@ -810,12 +814,13 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   const Place c = place32<V, BV>(p, cg);
   TokIn<EK> in;  // token 0's inputs first (PRE), then each token's
   load_tok0<K, V, EK, false>(p, c, lane, in);
-  const int32_t slot = p.slots[c.n];
+  const int32_t slot = (SX & 1) ? static_cast<int32_t>(c.n) : p.slots[c.n];
   if (!slot_live(p, slot)) {
     if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
     return;
   }
   float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
+  float* st_out = (SX & 2) ? st + p.num_slots * p.h_v * (static_cast<int64_t>(K) * V) : st;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
@@ -859,7 +864,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
       float4 s = tile[i][threadIdx.x];
       update_row(s, decay, ks[kt + i * KT], d);
       if (last) {
-        store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s);
+        store_state<0>(st_out + static_cast<int64_t>(kt + i * KT) * V, s);
       } else {
         tile[i][threadIdx.x] = s;
       }
@@ -931,13 +936,13 @@ dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
 
 // Launches the shared-memory-landed kernel (K = V = 128), shared-memory carveout set to the maximum so that the
 // tile (K * BV * 4 bytes per CTA) bounds the CTAs per SM.
-template <int K, int V, int BV, int NW, int MINB = 1>
+template <int K, int V, int BV, int NW, int MINB = 1, int SX = 0>
 dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   static_assert(K == 128 && V == 128, "sl path: K = V = 128");
   const int64_t blocks = a.n * a.h_v * (V / BV);
   if (blocks == 0) return DK_OK;
   if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
-  auto kern = l2 ? decode_sl_kernel<K, V, BV, NW, true, MINB> : decode_sl_kernel<K, V, BV, NW, false, MINB>;
+  auto kern = l2 ? decode_sl_kernel<K, V, BV, NW, true, MINB, SX> : decode_sl_kernel<K, V, BV, NW, false, MINB, SX>;
   // The carveout is a per-function, per-device attribute: set once per (instantiation, device), not per call
   // (a driver call on every decode launch would cost host time in eager mode). Devices past 63 set it every call.
   static std::atomic<uint64_t> carveout_set[2];

@@ -337,6 +337,15 @@ const Cfg kCfgs[] = {
     {"sl_bv128_nw8", launch_sl<128, 128, 128, 8>},
     // (ps_bv*_nw*_s*: the persistent shared-memory ring kernel, removed after its session-8 sweep: 3-21% slower than
     // the sl tile at every shape, docs/benchmarks/2026-12-02-gdrdec-s8.md.)
+    // Session 8, measurement only (decode_sl_kernel SX; not the op's contract): the default tile without the slot
+    // load (row n = slot n of a window view), out of place (state to slot + num_slots), both -- what FLA's harness
+    // conditions (pre-gathered state, separate output state) are worth; tools/bench_anchors_gdr.py checks them
+    // against the dispatch on the same rows.
+    {"sl_bv64_nw4_m5_noslot", launch_sl<128, 128, 64, 4, 5, 1>},
+    {"sl_bv64_nw4_m5_oop", launch_sl<128, 128, 64, 4, 5, 2>},
+    {"sl_bv64_nw4_m5_noslot_oop", launch_sl<128, 128, 64, 4, 5, 3>},
+    // FLA's work shape in the [K, V] layout: one warp per 128 x 8 tile (32-byte row pieces), 32 registers of state.
+    {"bv8_nw1_m20_pre_fg", launch_cfg<128, 128, 8, 1, 0, 0, 20, true, true>},
     // bv64_nw2_pre_fg with %globaltimer stamps (timeline; dk_tune_gdr_decode_prof).
     {"prof_bv64_nw2_pre_fg", launch_prof<128, 128, 64, 2>},
     // TMA-fed persistent kernel (csrc/gdr/decode.cu decode_tma_kernel): tma_bv<BV>_nw<NW>_s<NS stages>[_ef].
