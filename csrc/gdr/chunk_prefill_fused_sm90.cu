@@ -155,14 +155,12 @@ __device__ __forceinline__ uint32_t a_a_km(uint32_t base, int k0, int m0, int rb
   return swz(base, k0 + ((lane >> 4) << 3) + (lane & 7), m0 + (((lane >> 3) & 1) << 3), rb);
 }
 
-// acc[2][4] (16 x 16) += A (f32, [16][lda], row-major) x B (f32, [16][ldb] stored [k][n]) as three bf16 products.
-__device__ __forceinline__ void mm16_f32(float (&acc)[2][4], const float* A, int lda, const float* B, int ldb, int lane) {
+// acc[2][4] (16 x 16) += A (f32 16 x 16: the lane's fragment x0..x3, rows g / g + 8, columns 2q / 2q + 8) x B (f32,
+// [16][ldb] stored [k][n]) as three bf16 products.
+__device__ __forceinline__ void mm16_f32_frag(float (&acc)[2][4], const float2 x0, const float2 x1, const float2 x2,
+                                              const float2 x3, const float* B, int ldb, int lane) {
   const int g = lane >> 2, q = lane & 3;
   uint32_t ah[4], al[4];
-  const float2 x0 = *reinterpret_cast<const float2*>(A + g * lda + 2 * q);
-  const float2 x1 = *reinterpret_cast<const float2*>(A + (g + 8) * lda + 2 * q);
-  const float2 x2 = *reinterpret_cast<const float2*>(A + g * lda + 2 * q + 8);
-  const float2 x3 = *reinterpret_cast<const float2*>(A + (g + 8) * lda + 2 * q + 8);
   split2(x0.x, x0.y, ah[0], al[0]);
   split2(x1.x, x1.y, ah[1], al[1]);
   split2(x2.x, x2.y, ah[2], al[2]);
@@ -177,6 +175,28 @@ __device__ __forceinline__ void mm16_f32(float (&acc)[2][4], const float* A, int
     mma(acc[nt], ah, bl0, bl1);
     mma(acc[nt], al, bh0, bh1);
   }
+}
+// acc[2][4] (16 x 16) += A (f32, [16][lda], row-major) x B (f32, [16][ldb] stored [k][n]) as three bf16 products.
+__device__ __forceinline__ void mm16_f32(float (&acc)[2][4], const float* A, int lda, const float* B, int ldb, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  const float2 x0 = *reinterpret_cast<const float2*>(A + g * lda + 2 * q);
+  const float2 x1 = *reinterpret_cast<const float2*>(A + (g + 8) * lda + 2 * q);
+  const float2 x2 = *reinterpret_cast<const float2*>(A + g * lda + 2 * q + 8);
+  const float2 x3 = *reinterpret_cast<const float2*>(A + (g + 8) * lda + 2 * q + 8);
+  mm16_f32_frag(acc, x0, x1, x2, x3, B, ldb, lane);
+}
+// Local pass at 4 CTAs / SM (variant bit 16384): f32 A [64][64] without padding, its 8-float column groups
+// XOR-swizzled by (row & 3) (float2 accesses of rows g = 0..3 per half-warp hit four distinct 8-bank groups).
+__device__ __forceinline__ int a4_idx(int row, int col) { return row * 64 + (col ^ ((row & 3) << 3)); }
+// mm16_f32 with A = the 16 x 16 block at (r0, c0) of the swizzled A (r0, c0 multiples of 16).
+__device__ __forceinline__ void mm16_f32_a4(float (&acc)[2][4], const float* A4, int r0, int c0, const float* B, int ldb,
+                                            int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  const float2 x0 = *reinterpret_cast<const float2*>(A4 + a4_idx(r0 + g, c0 + 2 * q));
+  const float2 x1 = *reinterpret_cast<const float2*>(A4 + a4_idx(r0 + g + 8, c0 + 2 * q));
+  const float2 x2 = *reinterpret_cast<const float2*>(A4 + a4_idx(r0 + g, c0 + 2 * q + 8));
+  const float2 x3 = *reinterpret_cast<const float2*>(A4 + a4_idx(r0 + g + 8, c0 + 2 * q + 8));
+  mm16_f32_frag(acc, x0, x1, x2, x3, B, ldb, lane);
 }
 #endif  // DK_GDR_FUSED_SM90A
 
@@ -200,6 +220,12 @@ constexpr int kOvlLd = 7;                          // overlap: the 128 loader th
 static_assert(kLpX + 4 * 16 * kLdX * 4 <= 32768 && kOP + 8192 <= kLpX, "local pass aliasing");
 #endif
 constexpr uint32_t kLpSmem = 32768 + kNumVec * 256 + 2 * 64 * kLd * 4;  // 71,936: 3 CTAs / SM
+// Variant bit 16384 (session 8): A (f32 [64][64], swizzled: a4_idx) in the image's Tb hi / lo bytes [0, 16384) over the
+// dead K tile (A lives from the epilogue to the last level, Tb is written after it), Tm in A's old place: 4 CTAs / SM.
+constexpr uint32_t kLp4Smem = 32768 + kNumVec * 256 + 64 * kLd * 4;     // 53,504
+static_assert(4 * (kLp4Smem + 1024) <= 233472, "local pass at 4 CTAs / SM");
+template <int LV>
+constexpr uint32_t lp_smem() { return (LV & 16384) != 0 ? kLp4Smem : kLpSmem; }
 constexpr int kSpNs = 3;                                              // state kernel stages
 constexpr uint32_t kSpStage = kInBytes + kStRest;                     // 67,840
 constexpr uint32_t kSpOO = kSpNs * kSpStage;                          // output staging, 4 x bf16 [64][16]
@@ -251,10 +277,13 @@ __device__ int g_split_local_printed;
 // value head (only the gating, the decay epilogue, (I + A)^-1 and Tb depend on the value head); without 64 the grid is
 // (NT, H_v), one value head per CTA (session 5).
 template <int VAR>
-__global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs args) {
+__global__ void __launch_bounds__(128, (VAR & 16384) != 0 ? 4 : 3) split_local_kernel(const SplitArgs args) {
 #ifdef DK_GDR_FUSED_SM90A
   constexpr bool kFast = (VAR & 1) != 0, kProf = (VAR & 2) != 0, kHk = (VAR & 64) != 0, kOvl = (VAR & 512) != 0;
   static_assert(!kOvl || (kHk && !kProf), "the overlap local pass is the per-key-head one, unprofiled");
+  // kL4 (VAR & 16384): 4 CTAs / SM (128 registers, kLp4Smem): A swizzled over the dead K tile, Tm in A's old place.
+  constexpr bool kL4 = (VAR & 16384) != 0;
+  static_assert(!kL4 || !kOvl, "the overlap's local pass does not fit 128 registers");
   // kOvl: a persistent 1-D grid (launch_split sizes it to the SMs the state kernel leaves free) walking the items
   // (chunk id, key head) chunk-major, so that early chunks are ready first; a release flag per (chunk id, value head)
   // after each image; griddepcontrol.wait at the end (see launch_split: the memory-ordering / no-hang argument).
@@ -294,8 +323,8 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
   const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(p.k);
   const __nv_bfloat16* qp = reinterpret_cast<const __nv_bfloat16*>(p.q);
   float* vec = reinterpret_cast<float*>(smem + kLpVec);
-  float* sA = reinterpret_cast<float*>(smem + kLpA);
-  float* sT = reinterpret_cast<float*>(smem + kLpT);
+  float* sA = reinterpret_cast<float*>(smem + (kL4 ? 0u : kLpA));
+  float* sT = reinterpret_cast<float*>(smem + (kL4 ? kLpA : kLpT));
   float* sX = reinterpret_cast<float*>(smem + kLpX) + lw * 16 * kLdX;
   unsigned char* stg = smem;  // the image: Tb hi [0, 8192), Tb lo, P [16384, 24576) over the dead K / Q tiles
 #pragma unroll
@@ -454,7 +483,7 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
           av[e] = (s + e < t) ? a[nt][2 * h + e] * bt * rks * dx : 0.f;
           pv[e] = (s + e <= t) ? pp[nt][2 * h + e] * rq * rks * dx : 0.f;
         }
-        *reinterpret_cast<float2*>(sA + t * kLd + s) = make_float2(av[0], av[1]);
+        *reinterpret_cast<float2*>(sA + (kL4 ? a4_idx(t, s) : t * kLd + s)) = make_float2(av[0], av[1]);
         *reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2) =
             pack_bf(pv[0], pv[1]);
       }
@@ -463,13 +492,13 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
     DK_LMARK(5)
     {  // diagonal blocks: warp lw inverts block lw (lane c < 16 owns column c)
       const int cidx = lane & 15;
-      const float* Ab = sA + (16 * lw) * kLd + 16 * lw;
+      const float* Ab = sA + (kL4 ? 0 : (16 * lw) * kLd + 16 * lw);
       float col[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         float x = (i == cidx) ? 1.f : 0.f;
 #pragma unroll
-        for (int m = 0; m < i; ++m) x -= Ab[i * kLd + m] * col[m];
+        for (int m = 0; m < i; ++m) x -= Ab[kL4 ? a4_idx(16 * lw + i, 16 * lw + m) : i * kLd + m] * col[m];
         col[i] = x;
       }
       if (lane < 16) {
@@ -483,8 +512,12 @@ __global__ void __launch_bounds__(128, 3) split_local_kernel(const SplitArgs arg
       const int jj = lw, i = lw + lvl;
       if (i < 4) {
         float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        for (int m = jj; m < i; ++m)
-          mm16_f32(acc, sA + (16 * i) * kLd + 16 * m, kLd, sT + (16 * m) * kLd + 16 * jj, kLd, lane);
+        for (int m = jj; m < i; ++m) {
+          if constexpr (kL4)
+            mm16_f32_a4(acc, sA, 16 * i, 16 * m, sT + (16 * m) * kLd + 16 * jj, kLd, lane);
+          else
+            mm16_f32(acc, sA + (16 * i) * kLd + 16 * m, kLd, sT + (16 * m) * kLd + 16 * jj, kLd, lane);
+        }
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           sX[g * kLdX + 8 * nt + 2 * q] = acc[nt][0];
@@ -1619,7 +1652,8 @@ dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
 template <int VAR>
 dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
-  constexpr int BASE = VAR & 1023, LV = VAR & 67, SV = (VAR & 434) | 4096;  // BASE: 209, or 721 (the overlap)
+  // BASE: 209, or 721 (the overlap); L4: the local pass at 4 CTAs / SM (bit 16384, on 209 only)
+  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, LV = VAR & (67 | 16384), SV = (VAR & 434) | 4096;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
   int dev = 0, sms = 0;
@@ -1649,18 +1683,19 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
       // 1.933 ms); not at C <= SMs (27B TP1 1 x 8192: 0.475 -> 0.683).
       const int64_t w1 = (C + sms - 1) / sms, w2 = (C + 2 * sms - 1) / (2 * sms);
       if (p.v_dim % (2 * kBV) == 0 && 3960.0 * double(w2) < 0.97 * 2300.0 * double(w1))
-        return launch_split<8192 | BASE>(a, s);
+        return launch_split<8192 | BASE | L4>(a, s);
     }
-    return launch_split<BASE>(a, s);
+    return launch_split<BASE | L4>(a, s);
   }
   if (w0 < 1) w0 = 1;
-  if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
-          cudaSuccess ||
+  if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(lp_smem<LV>())) != cudaSuccess ||
       cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
           cudaSuccess)
     return dk::launch_status();
   if (a.w.nt > 0) {
-    split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), static_cast<unsigned>(p.h_k)), 128, kLpSmem, s>>>(a);
+    split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), static_cast<unsigned>(p.h_k)), 128, lp_smem<LV>(),
+                             s>>>(a);
     if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   }
   CpSeg* rec = reinterpret_cast<CpSeg*>(cp);
@@ -1687,17 +1722,18 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
     return launch_overlap<VAR>(a, s);
   } else {
   const DkGdrPrefillFusedParams& p = a.p;
-  constexpr int LV = VAR & 67, SV = VAR & (434 | 8192);  // the bits each kernel reads (1, 2, 64 / 2, 16, 32, 128, 256, 8192)
+  // the bits each kernel reads (1, 2, 64, 16384 / 2, 16, 32, 128, 256, 8192)
+  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192);
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
   if constexpr (kPair) {
     if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
   }
   if ((VAR & 8) == 0 && a.w.nt > 0) {
-    if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kLpSmem)) !=
-        cudaSuccess)
+    if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(lp_smem<LV>())) != cudaSuccess)
       return dk::launch_status();
     const unsigned rows = static_cast<unsigned>((LV & 64) != 0 ? p.h_k : p.h_v);
-    split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), rows), 128, kLpSmem, s>>>(a);
+    split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), rows), 128, lp_smem<LV>(), s>>>(a);
     if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   }
   if ((VAR & 4) != 0) return DK_OK;
@@ -1722,18 +1758,29 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
 }  // namespace
 
 namespace {
+// The variants dk_gdr_chunk_prefill_split_sm90 dispatches (exactly its switch below), so that the check refuses every
+// other one before the caller enqueues anything (session 8: 8192 / 12496 / 4112 / 9937 passed the old bit rules and
+// were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
+bool split_variant_known(int v) {
+  switch (v) {
+    case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
+    case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
+    case 408: case 465:
+    case 721: case 1745: case 2769: case 3793:                       // the overlap (512): + 1024 fix-up, + 2048 no model
+    case 4305: case 4817: case 6353:                                 // context parallelism (4096) on 209 / 721 / forced
+    case 8344: case 8401: case 8913: case 10961: case 11985: case 12497:  // the pair state CTA (8192)
+    case 16593: case 28881:                                          // the local pass at 4 CTAs / SM (16384)
+      return true;
+    default:
+      return false;
+  }
+}
 dk_status split_check(const DkGdrPrefillFusedParams* p) {
   using namespace dk::gdr_fused;
   if (p == nullptr) return DK_ERR_INVALID_ARGUMENT;
   if (p->k_dim != kK || p->v_dim <= 0 || p->v_dim % kBV != 0 || p->k_dim * p->v_dim * 2 < int64_t(kStRest))
     return DK_ERR_UNSUPPORTED;
-  const bool cp_ovl = (p->variant & (512 | 4096)) == (512 | 4096);
-  if (p->variant < 0 || p->variant > 16383 || ((p->variant & 1024) != 0 && (p->variant & 512) == 0) ||
-      ((p->variant & 2048) != 0 && (p->variant & (512 | 4096)) == 0) || (cp_ovl && (p->variant & 3072) != 0) ||
-      ((p->variant & 8192) != 0 && (p->variant & 4096) != 0 && p->variant != 12497))
-    return DK_ERR_INVALID_ARGUMENT;  // 1024 (force the overlap's fix-up path) only with 512, 2048 (no cost model)
-                                     // with 512 or 4096 (context parallelism); 512 + 4096: neither; 8192 (the pair
-                                     // state CTA) with 4096 only as 12497 (CP, else the pair, else 209; opt-in)
+  if (!split_variant_known(p->variant)) return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs < 0 || p->h_k < 1 || p->h_v < 1 || p->h_v % p->h_k != 0 || p->num_slots < 0 || p->num_tokens < 0)
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs > 0x7fffffffLL || p->h_v > 65535 || p->v_dim / kBV > 65535) return DK_ERR_INVALID_ARGUMENT;
@@ -1762,6 +1809,13 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
+  if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881)
+    switch (p->variant) {
+      case 16593: return launch_split<16593>(a, s);
+      case 28881: return launch_cp<28881>(a, s);
+      default: return DK_ERR_INVALID_ARGUMENT;
+    }
+  }
   if ((p->variant & 8192) != 0) {  // the pair state CTA (session 7 round 2, opt-in): on 209 (8401), on the overlap
     switch (p->variant) {          // 721 / 2769 / 3793 (8913 / 10961 / 11985), its state kernel alone (8344);
       case 12497: return launch_cp<12497>(a, s);  // 12497: CP where its model says so, else the pair, else 209

@@ -40,7 +40,9 @@ typedef struct DkGdrPrefillSplitWs {
 } DkGdrPrefillSplitWs;
 
 /** Every check dk_gdr_chunk_prefill_split_sm90 makes before it enqueues, without launching: DK_ERR_UNSUPPORTED off
- * sm_90 or for K != 128 / V % 64 != 0 / V < 128, DK_ERR_NO_KERNEL_IMAGE without an sm_90a image. */
+ * sm_90 or for K != 128 / V % 64 != 0 / V < 128, DK_ERR_NO_KERNEL_IMAGE without an sm_90a image,
+ * DK_ERR_INVALID_ARGUMENT for a variant the dispatch does not have (the list in dk_gdr_chunk_prefill_split_sm90) or bad
+ * sizes / alignments. */
 dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p);
 
 /** The split pipeline's two CUDA launches on `stream` (after the caller's chunk_offsets / chunk_map): the local pass
@@ -70,8 +72,12 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * the overlap with the pair state CTA (N H_v V / 128 <= SMs - 16), 8344 (= 152 + 8192): its state kernel alone;
  * 12497 (= 209 + 4096 + 8192; session 7, the candidate default, not yet run as a whole): 4305 where its gain model
  * says so (few sequence-heads, a unit segment of > ~26 chunks), else 8401 where the pair CTA's state waves are
- * cheaper (a wave model: ~3.96 us per chunk per pair CTA vs ~2.3 per single CTA), else 209; others
- * DK_ERR_INVALID_ARGUMENT. The library default is 209. */
+ * cheaper (a wave model: ~3.96 us per chunk per pair CTA vs ~2.3 per single CTA), else 209 (session 8: tests and
+ * memcheck pass under it); + 16384 (session 8, opt-in, not yet run on a GPU): the local pass at 4 CTAs / SM
+ * (__launch_bounds__(128, 4), 53,504 B shared memory: f32 A unpadded and XOR-swizzled over the dead K tile; same
+ * arithmetic, so the same bits as without it), only as 16593 (= 209 + 16384) and 28881 (= 12497 + 16384). Every
+ * other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before the caller enqueues anything). The library
+ * default is 209. */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

@@ -379,9 +379,12 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// columns (shared K / Q / image stages, two stages, setmaxnreg 232 / 40; `V % 128 == 0`, else as
 /// without 8192; with 4096 only as 12497 = 4305 where its gain model says so, else 8401 where a
 /// wave model says the pair's state waves cost less, else 209; session 7: tests and sanitizers
-/// pass under 6353 and 8401, 12497 itself not yet run); 5, 17, 18, 24, 48,
+/// pass under 6353 and 8401; session 8: 19/19 tests and memcheck under 12497), 16384 (on 209:
+/// 16593, on 12497: 28881; session 8) = the local pass at 4 CTAs / SM (128 registers, 53,504 B
+/// shared memory; same arithmetic); 5, 17, 18, 24, 48,
 /// 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745, 2769, 3793, 4305, 4817, 6353,
-/// 8344, 8401, 8913, 10961, 11985, 12497 combine them). Unset or unparsable: [`SPLIT_VARIANT`].
+/// 8344, 8401, 8913, 10961, 11985, 12497, 16593, 28881 combine them; any other value fails the
+/// call with an error before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
