@@ -454,6 +454,26 @@ fn decode_k16_every_v() {
 }
 
 #[test]
+fn decode_speculative_tokens() {
+    // K = V = 128 with T in {3, 5, 8, 13} tokens per row (speculative verification): partial and several
+    // full chunks of the chunked multi-token path (DELTAKIT_GDR_DECODE=slc_bv64_nw4, 4 tokens per chunk),
+    // a padding row among them.
+    let Some(ctx) = gpu_or_skip("decode_speculative_tokens") else { return };
+    let stream = ctx.default_stream();
+    let mut worst = (0.0, 0.0);
+    let mut case = 1700;
+    for t in [3usize, 5, 8, 13] {
+        for l2 in [true, false] {
+            case += 1;
+            let d = GdrDims { h_k: 2, h_v: 6, k: 128, v: 128 };
+            let r = run_case(&stream, case, d, 5, t, l2, Gates::Normal, &[2], -1);
+            fold(&mut worst, &r);
+        }
+    }
+    report("K=V=128, T 3/5/8/13 (speculative tokens), l2 on/off, padding", worst);
+}
+
+#[test]
 fn decode_heads_per_rank_sweep() {
     // H_v per rank in {1, 2, 4, 6, 8, 16, 32, 64} (H_k = H_v / 2 where even), batches 1 / 16 / 64
     // (both tile configurations), and T = 4 tokens per row.

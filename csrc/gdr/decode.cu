@@ -872,6 +872,242 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   }
 }
 
+// ---- chunked multi-token shared-memory tile (opt-in: DELTAKIT_GDR_DECODE=slc_bv64_nw4; harness slc_*) ---------------
+// K = V = 128, for T > 1 (speculative verification; any T works). decode_sl_kernel re-reads and rewrites the shared-
+// memory tile for every token (2 tile passes and 2 CTA barriers per token: 12-27% slower than the register tile at
+// T = 4, session 6). Here the tokens of a row go through the tile in chunks of up to TC: the chunk's S^T k_t and S^T q_t
+// (t < TC) all come from ONE pass over the tile at the chunk's start state S, and the deltas / outputs from a TC x TC
+// forward substitution per column on scalars that need no state (k_j.k_t, k_j.q_t and the decay products, computed
+// while the state is in flight):
+//   S_{t-1}^T k_t = D(0, t-1) S^T k_t + sum_{j<t} D(j+1, t-1) (k_j.k_t) delta_j,   delta_t = beta_t (v_t - decay_t (that))
+//   o_t = D(0, t) S^T q_t + sum_{j<=t} D(j+1, t) (k_j.q_t) delta_j,   S' = D(0, n-1) S + sum_j D(j+1, n-1) k_j delta_j^T
+// with D(a, b) the product of the chunk's decays a..b (1 when a > b; products only, no division, so a decay of 0 at the
+// edge of f32 needs no special case). One more tile pass applies S'. So the tile is read twice and written once per
+// chunk (per T <= TC call: as at T = 1) and the CTA synchronises twice per chunk instead of twice per token. Tokens
+// past T in the last chunk are staged as k = q = 0, beta = 0, decay = 1 (no effect). Warp w normalises token t0 + w
+// (+ NW ...) and stages q, k in shared memory (double-buffered by chunk parity); the reduction buffer is single: its
+// next writes follow the next chunk's staging barrier. Not yet run on a GPU (session 8: ptxas / numpy checks only).
+template <int K, int V, int BV, int NW, bool L2, int MINB, int TC>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_slc_kernel(const Args p) {
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK;
+  constexpr int NT = NW * 32;
+  static_assert(K == 128 && V == 128 && EK == 4, "slc path: K = V = 128");
+  static_assert(TC >= 1 && TC <= 8, "TC");
+  __shared__ __align__(16) float4 tile[R][NT];
+  __shared__ __align__(16) float qk[2][TC][2][K];   // [chunk parity][token][q | k][K], normalised (q scaled)
+  __shared__ float gt[2][TC][2];                      // [chunk parity][token][decay | beta]
+  __shared__ __align__(16) float red[2 * TC][NW][BV];  // [2 t + (k | q)][warp][column]
+  __shared__ float sc[2][TC][TC];                      // [k.k | k.q][j][t]: the chunk's Gram scalars
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+  const Place c = place32<V, BV>(p, cg);
+  const int64_t out_row = p.h_v * V;
+  const float neg_a = gate_neg_a<true>(p.a_log[c.hv]);
+  const float dt_bias = p.dt_bias[c.hv];
+
+  // The chunk's inputs in registers: this warp's tokens (q, k, a, b) and this thread's v columns of every token.
+  float qf[(TC + NW - 1) / NW][EK], kf[(TC + NW - 1) / NW][EK], av[(TC + NW - 1) / NW], bv[(TC + NW - 1) / NW];
+  float vf[TC][4];
+  auto load_chunk = [&](int64_t t0) {
+#pragma unroll
+    for (int u = 0; u < (TC + NW - 1) / NW; ++u) {
+      if (u * NW + warp >= TC) break;
+      const int64_t t = t0 + u * NW + warp;
+      if (t < p.t) {
+        const int64_t tok = c.n * p.t + t;
+        load_qk_lane<K, EK>(p, tok, c.kh, lane, qf[u], kf[u]);
+        av[u] = gate_in(p, p.a, tok, c.hv);
+        bv[u] = gate_in(p, p.b, tok, c.hv);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+      if (t0 + t < p.t) {
+        load_v<V>(p, c.n * p.t + t0 + t, c.hv, c.col0, vf[t]);
+      } else {
+        vf[t][0] = vf[t][1] = vf[t][2] = vf[t][3] = 0.f;
+      }
+    }
+  };
+  load_chunk(0);
+  const int32_t slot = p.slots[c.n];
+  if (!slot_live(p, slot)) {
+    if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
+    return;
+  }
+  float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(st + static_cast<int64_t>(kt + i * KT) * V)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+  int par = 0;
+  for (int64_t t0 = 0; t0 < p.t; t0 += TC, par ^= 1) {
+    if (t0 > 0) load_chunk(t0);
+    // 1. This warp's tokens: gates, q/k norms, staging (zeros / decay 1 / beta 0 past T).
+#pragma unroll
+    for (int u = 0; u < (TC + NW - 1) / NW; ++u) {
+      const int tl = u * NW + warp;
+      if (tl >= TC) break;
+      float decay = 1.f, beta = 0.f, iq = 0.f, ik = 0.f;
+      if (t0 + tl < p.t) {
+        token_gates<true>(neg_a, dt_bias, av[u], bv[u], decay, beta);
+        qk_norms<EK, L2, true>(qf[u], kf[u], p.scale, iq, ik);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EK; ++e) qf[u][e] = kf[u][e] = 0.f;
+      }
+      stage_qk<EK>(qk[par][tl][0], qk[par][tl][1], qf[u], kf[u], iq, ik, lane);
+      if (lane == 0) {
+        gt[par][tl][0] = decay;
+        gt[par][tl][1] = beta;
+      }
+    }
+    __syncthreads();  // B1: the chunk's staging is visible; the previous chunk's reads of red are done
+    // 2. The chunk's Gram scalars k_j.k_t (j < t) and k_j.q_t (j <= t): warp w those of token t = w (+ NW ...), into
+    //    sc (read after the reduction barrier B2; the next writes follow the next chunk's B1).
+#pragma unroll
+    for (int u = 0; u < (TC + NW - 1) / NW; ++u) {
+      const int t = u * NW + warp;
+      if (t >= TC) break;
+      const float4 qt = *reinterpret_cast<const float4*>(&qk[par][t][0][lane * EK]);
+      const float4 kt4 = *reinterpret_cast<const float4*>(&qk[par][t][1][lane * EK]);
+      float gkk[TC], gkq[TC];
+#pragma unroll
+      for (int j = 0; j < TC; ++j) {
+        if (j > t) break;
+        const float4 kj = *reinterpret_cast<const float4*>(&qk[par][j][1][lane * EK]);
+        gkk[j] = kj.x * kt4.x + kj.y * kt4.y + kj.z * kt4.z + kj.w * kt4.w;
+        gkq[j] = kj.x * qt.x + kj.y * qt.y + kj.z * qt.z + kj.w * qt.w;
+      }
+#pragma unroll
+      for (int off = 16; off >= 1; off >>= 1) {
+#pragma unroll
+        for (int j = 0; j < TC; ++j) {
+          if (j > t) break;
+          gkk[j] += __shfl_xor_sync(0xffffffffu, gkk[j], off);
+          gkq[j] += __shfl_xor_sync(0xffffffffu, gkq[j], off);
+        }
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int j = 0; j < TC; ++j) {
+          if (j > t) break;
+          sc[0][j][t] = gkk[j];  // (j = t: unused)
+          sc[1][j][t] = gkq[j];
+        }
+      }
+    }
+    if (t0 == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's own copies
+    // 3. One pass over the tile: S^T k_t and S^T q_t of every token of the chunk (partial over this thread's rows).
+    float pk[TC][4], pq[TC][4];
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pk[t][e] = pq[t][e] = 0.f;
+    }
+#pragma unroll 4
+    for (int i = 0; i < R; ++i) {
+      const int row = kt + i * KT;
+      const float4 s = tile[i][threadIdx.x];
+#pragma unroll
+      for (int t = 0; t < TC; ++t) acc_row(pk[t], pq[t], s, qk[par][t][1][row], qk[par][t][0][row]);
+    }
+    // 4. Over the CTA: shuffles across the KW lanes sharing columns, then the warps through red (one barrier).
+#pragma unroll
+    for (int off = LV; off < 32; off <<= 1) {
+#pragma unroll
+      for (int t = 0; t < TC; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pk[t][e] += __shfl_xor_sync(0xffffffffu, pk[t][e], off);
+          pq[t][e] += __shfl_xor_sync(0xffffffffu, pq[t][e], off);
+        }
+      }
+    }
+    if constexpr (NW > 1) {
+      if (kq == 0) {
+#pragma unroll
+        for (int t = 0; t < TC; ++t) {
+          *reinterpret_cast<float4*>(&red[2 * t][warp][cg * 4]) = make_float4(pk[t][0], pk[t][1], pk[t][2], pk[t][3]);
+          *reinterpret_cast<float4*>(&red[2 * t + 1][warp][cg * 4]) = make_float4(pq[t][0], pq[t][1], pq[t][2], pq[t][3]);
+        }
+      }
+      __syncthreads();  // B2
+#pragma unroll
+      for (int t = 0; t < TC; ++t) {
+        float4 sk = *reinterpret_cast<const float4*>(&red[2 * t][0][cg * 4]);
+        float4 sq = *reinterpret_cast<const float4*>(&red[2 * t + 1][0][cg * 4]);
+#pragma unroll
+        for (int w = 1; w < NW; ++w) {
+          const float4 xk = *reinterpret_cast<const float4*>(&red[2 * t][w][cg * 4]);
+          const float4 xq = *reinterpret_cast<const float4*>(&red[2 * t + 1][w][cg * 4]);
+          sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
+          sq.x += xq.x; sq.y += xq.y; sq.z += xq.z; sq.w += xq.w;
+        }
+        pk[t][0] = sk.x; pk[t][1] = sk.y; pk[t][2] = sk.z; pk[t][3] = sk.w;
+        pq[t][0] = sq.x; pq[t][1] = sq.y; pq[t][2] = sq.z; pq[t][3] = sq.w;
+      }
+    }
+    // 5. Forward substitution per column: deltas and outputs of the chunk's tokens. dp[j][t] = D(j, t) = dec_j ...
+    //    dec_t (1 when j > t).
+    float dp[TC + 1][TC];
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+      dp[t + 1][t] = 1.f;
+#pragma unroll
+      for (int j = t; j >= 0; --j) dp[j][t] = gt[par][j][0] * dp[j + 1][t];
+    }
+    float dl[TC][4];
+#pragma unroll
+    for (int t = 0; t < TC; ++t) {
+      float o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float acc = dp[0][t] * pk[t][e];  // decay_t S_{t-1}^T k_t
+#pragma unroll
+        for (int j = 0; j < t; ++j) acc = fmaf(dp[j + 1][t] * sc[0][j][t], dl[j][e], acc);
+        dl[t][e] = gt[par][t][1] * (vf[t][e] - acc);
+        float ov = dp[0][t] * pq[t][e];
+#pragma unroll
+        for (int j = 0; j <= t; ++j) ov = fmaf(dp[j + 1][t] * sc[1][j][t], dl[j][e], ov);
+        o[e] = ov;
+      }
+      if (kt == 0 && t0 + t < p.t)
+        store_bf16x4(p.out + (c.n * p.t + t0 + t) * out_row + c.hv * V + c.col0, o[0], o[1], o[2], o[3]);
+    }
+    // 6. The tile after the chunk: D(0, TC-1) S + sum_j D(j+1, TC-1) k_j delta_j^T (tokens past T: decay 1, delta 0).
+    const bool last = t0 + TC >= p.t;
+#pragma unroll 4
+    for (int i = 0; i < R; ++i) {
+      const int row = kt + i * KT;
+      float4 s = tile[i][threadIdx.x];
+      const float d0 = dp[0][TC - 1];
+      s.x *= d0; s.y *= d0; s.z *= d0; s.w *= d0;
+#pragma unroll
+      for (int j = 0; j < TC; ++j) {
+        const float w = dp[j + 1][TC - 1] * qk[par][j][1][row];
+        s.x = fmaf(w, dl[j][0], s.x);
+        s.y = fmaf(w, dl[j][1], s.y);
+        s.z = fmaf(w, dl[j][2], s.z);
+        s.w = fmaf(w, dl[j][3], s.w);
+      }
+      if (last) {
+        store_state<0>(st + static_cast<int64_t>(kt + i * KT) * V, s);
+      } else {
+        tile[i][threadIdx.x] = s;
+      }
+    }
+  }
+}
+
 // ---- removed: persistent shared-memory ring variant (decode_ps_kernel, DELTAKIT_GDR_DECODE=ps_*, harness ps_*) ----
 // Persistent CTAs walking the tiles through a 2- or 3-stage cp.async ring of tile buffers, the next token's inputs
 // prefetched (session 7). It passed the GPU tests, memcheck and racecheck but measured SLOWER than decode_sl_kernel at
@@ -958,6 +1194,27 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+// Launches the chunked multi-token shared-memory kernel (K = V = 128; carveout as launch_sl).
+template <int K, int V, int BV, int NW, int MINB, int TC>
+dk_status launch_slc(const Args& a, bool l2, cudaStream_t stream) {
+  static_assert(K == 128 && V == 128, "slc path: K = V = 128");
+  const int64_t blocks = a.n * a.h_v * (V / BV);
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  auto kern = l2 ? decode_slc_kernel<K, V, BV, NW, true, MINB, TC> : decode_slc_kernel<K, V, BV, NW, false, MINB, TC>;
+  static std::atomic<uint64_t> carveout_set[2];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+  const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
+  if (bit == 0 || (carveout_set[l2].load(std::memory_order_relaxed) & bit) == 0) {
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+      return dk::launch_status();
+    carveout_set[l2].fetch_or(bit, std::memory_order_relaxed);
+  }
+  kern<<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  return dk::launch_status();
+}
+
 // Below this many (row, head, 64-column) tiles a T = 1 call is latency-bound and the small tile
 // (more, lighter CTAs) wins; above it the 64-column tile streams closest to the copy ceiling.
 constexpr int64_t kWideTileMinTiles = 512;
@@ -1010,13 +1267,14 @@ constexpr int64_t kSlMinHeads = 384;
 // shared-memory-landed kernel (decode_sl_kernel: 64-column tile, 1 / 2 / 4 warps; nw4 is the default's T = 1 tile from
 // kSlMinHeads pairs, nw2 the one before 2026-12-02) for every K = V = 128 call (other K, V: the default dispatch);
 // "reg_tiles" = the default without its sl route (the register-tile dispatch that was the default until 2026-12-01
-// session 5). Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured 1.03-2x slower on an H200
+// session 5); "slc_bv64_nw4" = the chunked multi-token shared-memory kernel (decode_slc_kernel, 4 tokens per chunk;
+// session 8, not yet run on a GPU) for every K = V = 128 call. Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured 1.03-2x slower on an H200
 // and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md; the persistent ring kernel "ps_*" measured 3-21% slower
 // and was removed in session 8: docs/benchmarks/2026-12-02-gdrdec-s8.md.)
 // For tests and measurements.
 enum class Path {
   kAuto, kReg, kTma64S3, kTma64S2, kTma128S2, kTma32S4, kRegPre, kRegBv128, kRegPreBv128, kRegFg, kRegExact,
-  kSl64Nw1, kSl64Nw2, kSl64Nw4, kRegTiles
+  kSl64Nw1, kSl64Nw2, kSl64Nw4, kRegTiles, kSlc64Nw4
 };
 
 inline Path path_selected() {
@@ -1036,6 +1294,7 @@ inline Path path_selected() {
     if (std::strcmp(e, "sl_bv64_nw1") == 0) return Path::kSl64Nw1;
     if (std::strcmp(e, "sl_bv64_nw2") == 0) return Path::kSl64Nw2;
     if (std::strcmp(e, "sl_bv64_nw4") == 0) return Path::kSl64Nw4;
+    if (std::strcmp(e, "slc_bv64_nw4") == 0) return Path::kSlc64Nw4;
     if (std::strcmp(e, "reg_tiles") == 0) return Path::kRegTiles;
     return Path::kAuto;
   }();
@@ -1084,6 +1343,10 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
     return launch_reg<K, V>(a, l2, stream);
   }
   if (path == Path::kReg) return launch_reg<K, V>(a, l2, stream);
+  if (path == Path::kSlc64Nw4) {
+    if constexpr (K == 128 && V == 128) return launch_slc<K, V, 64, 4, 3, 4>(a, l2, stream);  // 123 registers, 0 spills: 4 CTAs/SM
+    return launch_reg<K, V>(a, l2, stream);  // other head dims: the default register dispatch
+  }
   if (path == Path::kSl64Nw1 || path == Path::kSl64Nw2 || path == Path::kSl64Nw4) {
     if constexpr (K == 128 && V == 128) {
       if (path == Path::kSl64Nw1) return launch_sl<K, V, 64, 1>(a, l2, stream);

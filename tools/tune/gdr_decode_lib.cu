@@ -344,6 +344,9 @@ const Cfg kCfgs[] = {
     {"sl_bv64_nw4_m5_noslot", launch_sl<128, 128, 64, 4, 5, 1>},
     {"sl_bv64_nw4_m5_oop", launch_sl<128, 128, 64, 4, 5, 2>},
     {"sl_bv64_nw4_m5_noslot_oop", launch_sl<128, 128, 64, 4, 5, 3>},
+    // Session 8, not yet run: the chunked multi-token sl kernel (csrc/gdr/decode.cu decode_slc_kernel, chunks of 4 tokens;
+    // the T > 1 candidate: the tile read twice and written once per chunk).
+    {"slc_bv64_nw4_t4", launch_slc<128, 128, 64, 4, 3, 4>},
     // FLA's work shape in the [K, V] layout: one warp per 128 x 8 tile (32-byte row pieces), 32 registers of state.
     {"bv8_nw1_m20_pre_fg", launch_cfg<128, 128, 8, 1, 0, 0, 20, true, true>},
     // bv64_nw2_pre_fg with %globaltimer stamps (timeline; dk_tune_gdr_decode_prof).

@@ -64,7 +64,10 @@ pub struct DecodeStrides {
 /// every call / whole-head tiles for `T > 1` from 256 pairs, exact or approximate), `reg_tiles`
 /// (the default without its shared-memory route), `sl_bv64_nw1` / `sl_bv64_nw2` / `sl_bv64_nw4` (the
 /// shared-memory tile, 1 / 2 / 4 warps, for every `K = V = 128` call; 4 warps is the default's
-/// `T = 1` tile from 384 pairs, 2 warps the one before 2026-12-02),
+/// `T = 1` tile from 384 pairs, 2 warps the one before 2026-12-02), `slc_bv64_nw4` (the
+/// shared-memory tile taking a row's tokens in chunks of 4: one pass over the tile computes every
+/// token's `S^T k` / `S^T q`, a small per-column substitution the deltas and outputs, one more
+/// pass the update; for every `K = V = 128` call; not yet measured),
 /// or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
 /// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles
 /// into shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128}
