@@ -65,13 +65,19 @@ def ncu_src(path, top=45):
 def timeline(path):
     """Per-block phase summary of one timeline file (8 or 12 integers per line, see attn.h)."""
     recs = []
+    # The persistent timeline variant (38): fields 8-11 are the producer's stamps, not the Q
+    # path of a launched CTA.
+    persist = "_v38" in str(path)
     for line in open(path):
         f = [int(x) for x in line.split()]
         if len(f) in (8, 12) and f[1] and all(f[1:7]):
             r = dict(sm=f[0] & 0xFFFFFFFF, n=f[0] >> 32, entry=f[1], q=f[2], qk0=f[3],
                      pv=f[4], end0=f[5], end1=f[6], prod=f[7])
             if len(f) == 12 and all(f[8:12]):
-                r.update(seq=f[8], sync=f[9], qiss=f[10], k0=f[11])
+                if persist:  # 38: the producer K pair's side of the block (session 8)
+                    r.update(pstart=f[8], qfree=f[9], qiss=f[10], k0=f[11])
+                else:
+                    r.update(seq=f[8], sync=f[9], qiss=f[10], k0=f[11])
             recs.append(r)
     if not recs:
         print(f"timeline {path}: no complete records")
@@ -105,6 +111,15 @@ def timeline(path):
         ph["q:->issued"] = [r["qiss"] - r["sync"] for r in qp]
         ph["q:->landed"] = [r["q"] - r["qiss"] for r in qp]
         ph["k0:sync->issued"] = [r["k0"] - r["sync"] for r in qp]
+    pp = [r for r in recs if "pstart" in r]
+    if pp:
+        # 38: producer block start -> its Q half 0 free (the previous block's epilogue read
+        # it) -> the Q rows issued -> landed (consumer warpgroup 0's wait passed, field 2); the
+        # consumer's block start (field 1) relative to the Q half's release.
+        ph["p:start->K0 issued"] = [r["k0"] - r["pstart"] for r in pp]
+        ph["p:Q free->issued"] = [r["qiss"] - r["qfree"] for r in pp]
+        ph["p:Q issued->landed"] = [r["q"] - r["qiss"] for r in pp]
+        ph["p:Q free->cons start"] = [r["entry"] - r["qfree"] for r in pp]
     tiles = sum(r["n"] for r in recs)
     per_tile = sum(ph["loop"]) / max(1, sum(max(1, r["n"] - 1) for r in recs)) / 1e3
     busy = sum(max(r["end0"], r["end1"]) - r["entry"] for r in recs) / 1e3

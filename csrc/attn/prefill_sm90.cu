@@ -122,7 +122,9 @@ constexpr int kBM = 128;
 //      one-block-per-CTA kernels (23 took them through R2UR: 7-10% slower at 8k/32k).
 //      37 = 36 with at most 8 CTAs (a test variant, as 24); 38 = 36 recording the timeline
 //      (fields 0-7 per block at its LPT index; 1 = consumer warpgroup 0 starts the block, i.e.
-//      after the previous block's epilogue and this block's metadata; 7 = 1; 8-11 zero).
+//      after the previous block's epilogue and this block's metadata; 7 = 1; producer K pair,
+//      session 8: 8 = block started, 9 = Q half 0 free, 10 = Q half 0 issued, 11 = K tile 0
+//      issued).
 // Dispatched: 0-38.
 constexpr int kVariants = 39;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
@@ -1327,7 +1329,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 // opaque to NVVM (else it hoisted all 16 K descriptors of each copy out of the loop: spills).
 // nvcc 13.0 (tools/attn_sass.sh 36): steady loop 661 / 681 instructions and 38 / 36 R2UR per
 // tile in the two copies (30: 653 / 34), no local memory in it; 120 B of spill stores at block
-// transitions (23: 100 B).
+// transitions (23: 100 B). On an H200 (session 8, call 1) correct and sanitizer-clean but 5-12%
+// slower than 30: its loop ran 4-9% slower per tile (ptxas built all 16 Q descriptors, moved
+// from a vector register to uniform ones, between the K wait and the first QK^T product: ~100
+// instructions on every tile's critical path; 30 interleaves them with the products), and a
+// block started 2.0 us after the previous one's output (the metadata chain) vs 0.23 us
+// between launched CTAs. Since then (session 8, round 2) 36-38 rebuild the Q half's address
+// from the window and a warp-broadcast offset (uniform: 615 / 640 instructions, 4.5 / 6 R2UR
+// per tile) and load each block's metadata one block ahead (MP in block_of); 168 B of spill
+// stores at block transitions, none in the loop. 38 also stamps the producer's side (fields 8-11).
+// H200, session 8 call 2: correct and sanitizer-clean, the loop at 30's rate (varlen 2.44 vs 2.45
+// us per tile), still 4-8% slower than 30 overall: WG0 starts the next block 3.1 us after its
+// output (not the metadata: prefetched; the transition's spill reloads and the warps' spread),
+// its Q half is free 1.3 us after that, the K pair then needs 4.2-4.5 us to issue the 64 Q rows
+// by cp.async (30's V warp: 1.6 us at a fresh CTA; here next to the other warpgroup's last PV /
+// epilogue and the next tiles' TMA), the epilogue 3.3 us (30: 2.9). What a persistent kernel
+// must do next: TMA (or earlier) Q loads and no staging through the Q half, few transition spills.
 #ifdef DK_ATTN_SM90A
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
@@ -1365,7 +1382,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Entry k of this CTA's walk: 0 past the end, 1 nothing to do, 2 padding rows, 3 a block.
   int seq = 0, kvh = 0, m0 = 0, rows_total = 0, bos = 0, ctx = 0;
   uint32_t blin = 0;  // the block's LPT index (TL records)
-  auto block_of = [&](uint32_t k) -> int {
+  // MP (36-38): the three metadata words of entry k (cu_seqlens pair, ctx_lens of its sequence)
+  // loaded together one block ahead (`meta_of(k + 1)` when block k starts), so a block starts
+  // without a dependent global load chain after the previous block's epilogue.
+  constexpr bool MP = VAR >= 36 && VAR <= 38;
+  struct Meta {
+    int c0 = 0, c1 = 0, cx = 0;
+  };
+  auto seq_of = [&](uint32_t k, uint32_t& lin) -> bool {
+    const uint32_t base = k * NP;
+    if (base >= NB) return false;
+    lin = base + ((k & 1u) ? NP - 1u - cta : cta);
+    return lin < NB;
+  };
+  auto meta_of = [&](uint32_t k) -> Meta {
+    Meta m;
+    uint32_t lin = 0;
+    if (MP && seq_of(k, lin)) {
+      const int sq = int((lin / HKV) % NSEQ);
+      m.c0 = cu[sq];
+      m.c1 = cu[sq + 1];
+      m.cx = ctxs[sq];
+    }
+    return m;
+  };
+  auto block_of = [&](uint32_t k, const Meta& mt) -> int {
     const uint32_t base = k * NP;
     if (base >= NB) return 0;
     const uint32_t lin = base + ((k & 1u) ? NP - 1u - cta : cta);
@@ -1378,11 +1419,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Loaded values broadcast from lane 0: warp-uniform for the compiler, so the block loop's
     // branches and trip counts, and the loop counters and ring stages in them, stay in uniform
     // registers (else every wgmma descriptor of the consumers goes through R2UR).
-    bos = __shfl_sync(0xffffffffu, min(max(cu[seq], 0), T), 0);
-    const int eos = __shfl_sync(0xffffffffu, min(max(cu[seq + 1], bos), T), 0);
+    bos = __shfl_sync(0xffffffffu, min(max(MP ? mt.c0 : cu[seq], 0), T), 0);
+    const int eos = __shfl_sync(0xffffffffu, min(max(MP ? mt.c1 : cu[seq + 1], bos), T), 0);
     rows_total = (eos - bos) * G;
     if (m0 >= rows_total) return 1;
-    ctx = __shfl_sync(0xffffffffu, ctxs[seq], 0);
+    ctx = __shfl_sync(0xffffffffu, MP ? mt.cx : ctxs[seq], 0);
     return ctx < 0 ? 2 : 3;
   };
   // Element offset of packed row (token tok, head hh of the group) in q / out.
@@ -1435,11 +1476,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t cbq = uint32_t(lane / 8) * uint32_t(kBM * 128);  // column block in the Q tile
     uint32_t gt = 0;  // tiles of earlier blocks (the ring position)
     uint32_t nq = 0;  // blocks so far (the Q barriers' phase)
+    Meta mnext = meta_of(0);
 #pragma unroll 1
     for (uint32_t k = 0;; ++k) {
-      const int kind = block_of(k);
+      const Meta mcur = mnext;
+      const int kind = block_of(k, mcur);
       if (kind == 0) break;
+      mnext = meta_of(k + 1);
       if (kind != 3) continue;
+      // 38: the producer's side of the block (K pair, half 0): 8 = block started, 9 = Q half 0
+      // free (empty_q passed), 10 = its Q rows issued, 11 = K tile 0 issued.
+      auto tlp = [&](int f) {
+        if constexpr (C::TL) {
+          if (kv == 0 && wig == 0 && lane == 0 && blin < uint32_t(kTlBlocks)) {
+            g_prefill_tl[size_t(blin) * kTlFields + f] = gtimer();
+          }
+        }
+      };
+      tlp(8);
       const int tok_lo = m0 / G;
       const int tok_hi = min(m0 + kBM - 1, rows_total - 1) / G;
       const int kv_end = ctx + tok_hi + 1;
@@ -1468,6 +1522,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // (lane = 16-byte chunk), rows 2 pass + wig; (token, head) stepped, not divided, per row.
       auto load_q = [&]() {
         if (nq > 0) mbar_wait(empty_q(kv), (nq - 1u) & 1u);
+        tlp(9);
         int vr = m0 + kv * 64 + wig;
         int tok = vr / G;
         int hh = vr - tok * G;
@@ -1486,6 +1541,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         cp_async_arrive(full_q(kv));
+        tlp(10);
       };
       const int qat = min(ST, n_tiles);
       int crow = crow_of(0);
@@ -1530,6 +1586,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           cp_async_arrive(fb);
         }
+        if (j == 0) tlp(11);
         if (j + 1 < n_tiles) crow = crow_of(j + 1);
       }
       if (qat == n_tiles) load_q();
@@ -1551,6 +1608,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int NS = BN / 2;  // score accumulators per thread
   constexpr int NO = HD / 2;  // output accumulators per thread
   const uint64_t dq = make_desc(sQ + uint32_t(w) * 64 * 128, 16, 1024);
+  // 36: this warpgroup's Q half offset, broadcast from lane 0 (warp-uniform for ptxas).
+  const uint32_t wq_u = __shfl_sync(0xffffffffu, uint32_t(w) * 64u * 128u, 0);
   // The order point's scratch word, rebuilt from the Q descriptor's address (live anyway) where
   // it is used: kept in a register through the block loop it was spilled.
   constexpr uint32_t kScratchOff =
@@ -1601,10 +1660,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   static_assert(!S0T || ST == 2, "two start stages");
+  Meta mnext = meta_of(0);
 #pragma unroll 1
   for (uint32_t k = 0;; ++k) {
-    const int kind = block_of(k);
+    const Meta mcur = mnext;
+    const int kind = block_of(k, mcur);
     if (kind == 0) break;
+    mnext = meta_of(k + 1);
     if (kind == 1) continue;
     if (kind == 2) {  // padding sequence: zero output rows
       zero_rows();
@@ -1649,7 +1711,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (S0T) asm volatile("" : "+r"(kb));
       const uint64_t dk = make_desc(kb, 16, 1024);
       uint64_t dqv = dq;
-      asm volatile("" : "+l"(dqv));
+      if constexpr (S0T) {
+        // S0T: the Q half's address rebuilt from the window and the warp-broadcast half offset
+        // (uniform values, as the K stage address): the 16 Q descriptors stay on the uniform
+        // datapath. (From `dq`, a vector register, ptxas built all 16 with moves to uniform
+        // registers between the K wait and the first product: ~100 instructions per tile.)
+        uint32_t qb = ((smem_u32(smem_raw) + 1023u) & ~1023u) + wq_u;
+        asm volatile("" : "+r"(qb));
+        dqv = make_desc(qb, 16, 1024);
+      } else {
+        asm volatile("" : "+l"(dqv));
+      }
       wgmma_fence();
 #pragma unroll
       for (int kc = 0; kc < HD / 16; ++kc) {

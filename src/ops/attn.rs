@@ -484,12 +484,17 @@ pub enum PrefillKernel {
     /// Q loaded by all four producer warps (the K pair's after issuing K tile 0), 33 = 32
     /// recording the timeline, 34 = 31 with the staged output rows of heads >= the first row's
     /// head of the first 64 / G tokens written by one TMA tensor store per 64-dim column block
-    /// (the other rows by the threads), 35 = 34 recording the timeline. 36 (opt-in, not yet run on
-    /// a GPU): 23 whose consumers run each block's tile loop from a compile-time start stage
-    /// (the block body instantiated for ring stage 0 and 1, the steady loop unrolled by two), so
-    /// the wgmma descriptors stay uniform as in the one-block-per-CTA kernels; 37 = 36 with at
-    /// most 8 CTAs (a test variant: many blocks per CTA), 38 = 36 recording the timeline
-    /// (fields 0-7; field 1 = the block's start in its CTA, after the previous block's epilogue).
+    /// (the other rows by the threads), 35 = 34 recording the timeline. 36 (opt-in): 23 whose
+    /// consumers run each block's tile loop from a compile-time start stage (the block body
+    /// instantiated for ring stage 0 and 1, the steady loop unrolled by two), so the K/V wgmma
+    /// descriptors stay uniform as in the one-block-per-CTA kernels (session 8: the Q
+    /// descriptors too, and each block's metadata loaded a block ahead); on an H200 (session 8)
+    /// correct and sanitizer-clean but 4-8% slower than 30 at every benchmark shape: its loop
+    /// runs at 30's rate, but each block waits ~6 us after the previous one's output for its Q
+    /// rows (reloaded by cp.async only once the half that staged the output is free); 37 = 36
+    /// with at most 8 CTAs (a test variant: many blocks per CTA), 38 = 36 recording the timeline
+    /// (fields 0-7; field 1 = the block's start in its CTA, after the previous block's epilogue;
+    /// 8-11 the producer's block start, Q half free, Q issued, K tile 0 issued).
     /// Same results up to rounding. Values above 38 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
@@ -523,8 +528,9 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// consumer warpgroup 0 has its Q rows, its first QK^T done, its last PV done, warpgroup 0 / 1
 /// output stored, the producer's thread 0 done issuing, thread 0 has the sequence bounds and
 /// context length, thread 0 past the barrier-init `__syncthreads`, the warp loading warpgroup
-/// 0's first Q rows done issuing them, K tile 0 issued; all-zero records = blocks not run (or
-/// without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// 0's first Q rows done issuing them, K tile 0 issued (38, the persistent kernel: field 1 =
+/// the block's start in its CTA, 7 = 1, 8-11 = the producer's block start, Q half 0 free, its Q
+/// rows issued, K tile 0 issued); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
 /// # Errors
