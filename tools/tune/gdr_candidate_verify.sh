@@ -88,5 +88,5 @@ done
 printf '%s\n' "${S[@]}" >"$o/summary.txt"
 echo "==== verify ($(el))"; printf '%s\n' "${S[@]}"
 echo "==== bench (ms, middle estimate)"
-awk '/^=== /{v=$2} /^gdr_chunk_prefill\//{s=$1} /time:/ && s!="" {u=$5; x=$4; if (u=="µs" || u=="us") x/=1000; t[s]=t[s] sprintf(" %s=%.4f", v, x); s=""}
+awk '/^=== [0-9]+$/{v=$2} /^gdr_chunk_prefill\//{s=$1} /time:/ && s!="" {u=$5; x=$4; if (u=="µs" || u=="us") x/=1000; t[s]=t[s] sprintf(" %s=%.4f", v, x); s=""}
      END {for (k in t) print k t[k]}' "$o/bench.log" | sort

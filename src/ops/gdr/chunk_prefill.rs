@@ -399,17 +399,18 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 209 =
-/// the local pass per (chunk, key head) with MUFU exp decays (64 + 1) and the state kernel on wgmma
-/// with the shorter chain (16 + 128); H200 2026-12-01 (session 6): 0.475 / 0.389 / 2.25 / 3.20 ms
-/// at 27B TP1 / TP2 / 9B 8 x 8192 / 9B 1 x 65536 vs 0.523 / 0.414 / 2.52 / 3.48 for 16. The
-/// candidate successor is 12497 (a per-call choice: context parallelism (4305) where its gain
-/// model says so, else the pair state CTA (8401) where a wave model says its state waves cost
-/// less, else 209; session 7, same call: 209 0.475 / 0.388 / 2.097 / 3.223 ms, 4305 forced 0.509 /
-/// 0.345 / 2.963 / 2.701, 8401 0.683 / 0.613 / 1.933 / 4.923, so 12497 would take 209 / 4305 /
-/// 8401 / 4305 at these four shapes). Its parts passed the GPU tests and sanitizers forced; the
-/// choice itself and the engine's short-sequence prefills under it have not run on a GPU yet.
-const SPLIT_VARIANT: i32 = 209;
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 28881
+/// (session 8) = per call, context parallelism (4305: three segments per sequence) where its gain
+/// model says so (few sequence-heads, a unit segment of > ~26 chunks), else the pair state CTA
+/// (8401: two state warpgroups per CTA) where a wave model says its state waves cost less, else
+/// 209 (the local pass per (chunk, key head) with MUFU exp decays, the state kernel on wgmma with
+/// the shorter chain); every path with the local pass at 4 CTAs / SM (bit 16384: same arithmetic
+/// as 209's local pass). H200 2026-12-02, same call: 28881 0.448 / 0.330 / 1.838 / 2.606 ms at 27B
+/// TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 vs 209 0.475 / 0.388 / 2.109 / 3.204 (12497, the
+/// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
+/// clean under it; racecheck reports the stage-refill pattern of the state kernel
+/// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
+const SPLIT_VARIANT: i32 = 28881;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
