@@ -1251,6 +1251,18 @@ constexpr int64_t kWholeHeadMaxHeads = 400;
 // session 6: the tile is re-read from shared memory every token).
 constexpr int64_t kSlMinHeads = 384;
 
+// K = V = 128, T > 1: the chunked multi-token tile decode_slc_kernel (4 tokens per chunk: one state pass per chunk)
+// where it measured faster than the register tiles, H200 2026-12-02 (session 8, L2-cold us, slc vs the dispatch):
+// T = 4: TP1 B=16 33.2 vs 40.4, B=64 115.1 vs 130.3, B=256 434.7 vs 543.2; TP2 B=16 (384 pairs) 20.4 vs 22.8, B=64
+// 61.1 vs 70.6, B=256 223.3 vs 274.6 (T = 4 at 1.09-1.11x the T = 1 time; FLA 46.1 / 152.6 / 27.4 / 81.9 at TP1 B=16,
+// B=64, TP2 B=16, B=64). T = 8: TP1 B=64 (3,072 pairs) 186.9 vs 214.1, but TP2 B=16 (384 pairs) 32.3 vs 31.0. T = 2
+// loses (109.7 vs 108.5 at TP1 B=64: half the chunk is padding); other T not measured (a partial chunk costs a whole
+// one, so T = 5..7 would pay for 8). Hence: T = 4 from kSlMinHeads pairs, T = 8 from 3,072 pairs.
+constexpr int64_t kSlcT8MinHeads = 3072;
+inline bool slc_default(int64_t t, int64_t heads) {
+  return (t == 4 && heads >= kSlMinHeads) || (t == 8 && heads >= kSlcT8MinHeads);
+}
+
 // Decode path override, DELTAKIT_GDR_DECODE (read once per process; unset or any other value =
 // kAuto, the tuned dispatch of launch_kv: for K = V = 128 the PRE + FG kernels with the tile rule
 // for every T); "reg" = the exact register kernels with the T = 1-only tile rule (the dispatch
@@ -1268,7 +1280,7 @@ constexpr int64_t kSlMinHeads = 384;
 // kSlMinHeads pairs, nw2 the one before 2026-12-02) for every K = V = 128 call (other K, V: the default dispatch);
 // "reg_tiles" = the default without its sl route (the register-tile dispatch that was the default until 2026-12-01
 // session 5); "slc_bv64_nw4" = the chunked multi-token shared-memory kernel (decode_slc_kernel, 4 tokens per chunk;
-// session 8, not yet run on a GPU) for every K = V = 128 call. Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured 1.03-2x slower on an H200
+// session 8; the default for T = 4 from kSlMinHeads pairs and T = 8 from kSlcT8MinHeads) for every K = V = 128 call. Small head dims are unaffected. (A cluster split-K kernel, "cl*_nw*", measured 1.03-2x slower on an H200
 // and was removed: docs/benchmarks/2026-12-01-gdrdec-s5.md; the persistent ring kernel "ps_*" measured 3-21% slower
 // and was removed in session 8: docs/benchmarks/2026-12-02-gdrdec-s8.md.)
 // For tests and measurements.
@@ -1338,6 +1350,7 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
       if (path == Path::kRegExact) return launch_reg<K, V, true, false, false, true>(a, l2, stream);
       if (path == Path::kAuto && a.t == 1 && a.n * a.h_v >= kSlMinHeads)
         return launch_sl<K, V, 64, 4, 5>(a, l2, stream);
+      if (path == Path::kAuto && slc_default(a.t, a.n * a.h_v)) return launch_slc<K, V, 64, 4, 3, 4>(a, l2, stream);
       return launch_reg<K, V, true, true, false, true>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);
