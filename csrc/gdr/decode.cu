@@ -798,6 +798,20 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 // the state address no longer waits for a dependent load at the CTA's start, as for FLA's kernel on a pre-gathered
 // state), bit 1 = out of place (the updated tile goes to slot + num_slots of a pool twice as large, as FLA writes
 // its final state to a separate tensor). Both break the op's contract; they isolate what the gap to FLA is made of.
+// The shared-memory tiles' landing (decode_sl_kernel, decode_slc_kernel): thread x copies its R 16-byte pieces of the
+// state tile (rows kt, kt + KT, ... of the V-contiguous head state at `st`, already offset to the tile's first column)
+// into tile[i][x] by cp.async, as one commit group.
+template <int KT, int V, int R, int NT>
+__device__ __forceinline__ void land_tile(float4 (&tile)[R][NT], const float* st, int kt) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(st + static_cast<int64_t>(kt + i * KT) * V)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
 template <int K, int V, int BV, int NW, bool L2, int MINB = 1, int SX = 0>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
@@ -821,13 +835,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   }
   float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
   float* st_out = (SX & 2) ? st + p.num_slots * p.h_v * (static_cast<int64_t>(K) * V) : st;
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(st + static_cast<int64_t>(kt + i * KT) * V)
-                 : "memory");
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  land_tile<KT, V>(tile, st, kt);
   const float neg_a = gate_neg_a<true>(in.a_log);
   const int64_t out_row = p.h_v * V;
   for (int64_t t = 0; t < p.t; ++t) {
@@ -886,7 +894,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
 // chunk (per T <= TC call: as at T = 1) and the CTA synchronises twice per chunk instead of twice per token. Tokens
 // past T in the last chunk are staged as k = q = 0, beta = 0, decay = 1 (no effect). Warp w normalises token t0 + w
 // (+ NW ...) and stages q, k in shared memory (double-buffered by chunk parity); the reduction buffer is single: its
-// next writes follow the next chunk's staging barrier. Not yet run on a GPU (session 8: ptxas / numpy checks only).
+// next writes follow the next chunk's staging barrier. H200 session 8: the tests, memcheck and racecheck pass forced;
+// the default for T = 4 / 8 (slc_default).
 template <int K, int V, int BV, int NW, bool L2, int MINB, int TC>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_slc_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
@@ -940,13 +949,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_slc_kernel(const Args p)
     return;
   }
   float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(st + static_cast<int64_t>(kt + i * KT) * V)
-                 : "memory");
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  land_tile<KT, V>(tile, st, kt);
 
   int par = 0;
   for (int64_t t0 = 0; t0 < p.t; t0 += TC, par ^= 1) {
