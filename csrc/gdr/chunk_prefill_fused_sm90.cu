@@ -999,6 +999,12 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // kLo: the bf16 lo-part products (S_lo K^T, E_hi Tb_lo, E_lo Tb_hi, (v kdec)_lo K); without them (VAR & 256, a
   // measurement of the tensor work's share only: below the contract's precision) one bf16 product each.
   constexpr bool kLo = (VAR & 256) == 0;
+  // kSyncEmpty (VAR & 32768, a racecheck diagnostic only; session 8): the state warps release a stage with bar.sync
+  // instead of bar.arrive on its "empty" barrier (they then also wait for the loaders to reach it: slower, same
+  // results). The ordering is the same in the PTX memory model. H200 2026-12-02: racecheck reports the same stage-refill
+  // sites (V^T ldmatrix vs the loaders' V-tile cp.async) under it as under 209, so the report is not about bar.arrive.
+  constexpr bool kSyncEmpty = (VAR & 32768) != 0;
+  static_assert(!kSyncEmpty || (VAR & (512 | 4096 | 8192 | 32)) == 0, "sync-empty diagnostic: plain single CTA only");
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
   // args.fix = 1, reruns it after the local pass).
@@ -1428,7 +1434,12 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       fence_frag(wh[kb]);
       fence_frag(wl[kb]);
     }
-    if (c + kNs < nc) bar_arrive(kSpEmpty + st, 32 * (kSW + 4));
+    if (c + kNs < nc) {
+      if constexpr (kSyncEmpty)
+        bar_sync(kSpEmpty + st, 32 * (kSW + 4));
+      else
+        bar_arrive(kSpEmpty + st, 32 * (kSW + 4));
+    }
     DK_MARK(6)
   }
   if constexpr (kProf) {  // no printf here: a call would serialize every wgmma (ptxas C7510); split_wg_prof_print
@@ -1723,7 +1734,7 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   } else {
   const DkGdrPrefillFusedParams& p = a.p;
   // the bits each kernel reads (1, 2, 64, 16384 / 2, 16, 32, 128, 256, 8192)
-  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192);
+  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192 | 32768);
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
   if constexpr (kPair) {
     if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
@@ -1770,6 +1781,7 @@ bool split_variant_known(int v) {
     case 4305: case 4817: case 6353:                                 // context parallelism (4096) on 209 / 721 / forced
     case 8344: case 8401: case 8913: case 10961: case 11985: case 12497:  // the pair state CTA (8192)
     case 16593: case 28881:                                          // the local pass at 4 CTAs / SM (16384)
+    case 32977:                                                      // 209 with bar.sync releases (racecheck only)
       return true;
     default:
       return false;
@@ -1809,6 +1821,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
+  if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881)
     switch (p->variant) {
       case 16593: return launch_split<16593>(a, s);
