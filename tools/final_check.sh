@@ -52,8 +52,13 @@ if [[ $parts == *" sanitize "* ]]; then
   san racecheck attn -- decode_kernels_small_cases_for_sanitizer
   san memcheck gdr_chunk_prefill -- varlen_initial_states_padding_and_flags
   san racecheck gdr_chunk_prefill -- varlen_initial_states_padding_and_flags
+  # Session 8: CP forced (its records, varlen / padding / per-sequence init) and the default on the long test.
+  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=6353" san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
+  san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
   san memcheck gdr_decode
   san racecheck gdr_decode -- decode_padding
+  # Session 8: T = 4 at >= 384 (row, head) pairs takes the chunked multi-token tile (slc) by default.
+  san racecheck gdr_decode -- decode_heads_per_rank_sweep
   san memcheck graph_cuda -- padded_rows --test-threads=1
   S+=("sanitizers: $(since "$t")")
 fi
