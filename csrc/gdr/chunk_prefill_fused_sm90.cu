@@ -77,6 +77,20 @@ __device__ __forceinline__ void bar_sync(int id, int n) {
 __device__ __forceinline__ void bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+// mbarrier helpers (the state kernel's mbarrier stage release, VAR & 65536): init with an arrival count, arrive
+// (release, CTA scope), wait for a phase's parity (acquire, CTA scope).
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nDK_MBW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra DK_MBW;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
@@ -1005,6 +1019,14 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // sites (V^T ldmatrix vs the loaders' V-tile cp.async) under it as under 209, so the report is not about bar.arrive.
   constexpr bool kSyncEmpty = (VAR & 32768) != 0;
   static_assert(!kSyncEmpty || (VAR & (512 | 4096 | 8192 | 32)) == 0, "sync-empty diagnostic: plain single CTA only");
+  // kMbarEmpty (VAR & 65536, opt-in, session 8): the stage release through one mbarrier per stage instead of the named
+  // "empty" barrier: every state thread arrives (release) after its last read of the stage, the loaders wait for the
+  // phase's parity (acquire) before refilling it. The same ordering as bar.arrive / bar.sync in the PTX memory model;
+  // written because compute-sanitizer racecheck orders mbarrier hand-offs but reports hazards on correct named-barrier
+  // ones (tools/tune/racecheck_probe.cu, session 4), so this is the form a clean racecheck run can be asked of.
+  constexpr bool kMbarEmpty = (VAR & 65536) != 0;
+  static_assert(!kMbarEmpty || (VAR & (512 | 4096 | 8192 | 32 | 32768)) == 0, "mbarrier release: plain single CTA only");
+  __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
   // args.fix = 1, reruns it after the local pass).
@@ -1081,6 +1103,11 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     return;
   }
   const int64_t nc = (eos - bos + kC - 1) / kC;
+  if constexpr (kMbarEmpty) {  // every thread of the CTA passes here (the padding return above is CTA-uniform)
+    if (tid < kNs) mbar_init(smem_u32(&s_empty[tid]), 32 * kSW);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncthreads();
+  }
   const uint32_t sbase = smem_u32(smem);
   const uint32_t abase = (sbase + 1023u) & ~1023u;  // 1024-aligned stage tiles (128-byte swizzle atoms)
   unsigned char* asmem = smem + (abase - sbase);
@@ -1094,7 +1121,12 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     const bool vzero = kCp && (cpf & kCpVZero) != 0;
     for (int64_t c = 0; c < nc; ++c) {
       const int st = int(c % kNs);
-      if (c >= kNs) bar_sync(kSpEmpty + st, 32 * (kSW + 4));
+      if (c >= kNs) {
+        if constexpr (kMbarEmpty)
+          mbar_wait_parity(smem_u32(&s_empty[st]), uint32_t(c / kNs - 1) & 1u);  // chunk c - kNs released
+        else
+          bar_sync(kSpEmpty + st, 32 * (kSW + 4));
+      }
       const uint32_t sin = abase + st * kStg;
       const int64_t t0 = bos + c * kC;
       const int n = int(eos - t0 < kC ? eos - t0 : kC);
@@ -1437,6 +1469,8 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     if (c + kNs < nc) {
       if constexpr (kSyncEmpty)
         bar_sync(kSpEmpty + st, 32 * (kSW + 4));
+      else if constexpr (kMbarEmpty)
+        mbar_arrive(smem_u32(&s_empty[st]));
       else
         bar_arrive(kSpEmpty + st, 32 * (kSW + 4));
     }
@@ -1734,7 +1768,7 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   } else {
   const DkGdrPrefillFusedParams& p = a.p;
   // the bits each kernel reads (1, 2, 64, 16384 / 2, 16, 32, 128, 256, 8192)
-  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192 | 32768);
+  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192 | 32768 | 65536);
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
   if constexpr (kPair) {
     if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
@@ -1782,6 +1816,7 @@ bool split_variant_known(int v) {
     case 8344: case 8401: case 8913: case 10961: case 11985: case 12497:  // the pair state CTA (8192)
     case 16593: case 28881:                                          // the local pass at 4 CTAs / SM (16384)
     case 32977:                                                      // 209 with bar.sync releases (racecheck only)
+    case 65745:                                                      // 209 with mbarrier releases (opt-in)
       return true;
     default:
       return false;
@@ -1822,6 +1857,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
+  if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881)
     switch (p->variant) {
       case 16593: return launch_split<16593>(a, s);

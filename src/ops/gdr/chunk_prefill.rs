@@ -385,7 +385,9 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// 50, 56, 80-85, 144, 146, 152, 208-210, 408, 465, 721, 1745, 2769, 3793, 4305, 4817, 6353,
 /// 8344, 8401, 8913, 10961, 11985, 12497, 16593, 28881 combine them; 32977 = 209 whose state
 /// warps release stages with `bar.sync` instead of `bar.arrive` (a racecheck diagnostic, slower,
-/// same results); any other value fails the
+/// same results); 65745 = 209 whose state warps release stages through one mbarrier per stage
+/// (arrive / parity wait) instead of the named barrier (opt-in; the form compute-sanitizer
+/// racecheck orders); any other value fails the
 /// call with an error before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
