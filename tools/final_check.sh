@@ -55,6 +55,17 @@ if [[ $parts == *" sanitize "* ]]; then
   # Session 8: CP forced (its records, varlen / padding / per-sequence init) and the default on the long test.
   SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=6353" san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
   san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
+  # Session 8: the opt-in mbarrier stage release (65745): the whole test binary under it, then racecheck on the long
+  # test under it and under the default (the default's named-barrier release is what racecheck reports there).
+  one=$(mktemp)
+  DELTAKIT_GDR_SPLIT_VARIANT=65745 timeout "${TEST_TIMEOUT:-300}" "$B/run" gdr_chunk_prefill >"$one" 2>&1
+  rc=$?
+  { echo "=== tests gdr_chunk_prefill under DELTAKIT_GDR_SPLIT_VARIANT=65745"; cat "$one"; } >>"$out/sanitize.log"
+  S+=("test gdr_chunk_prefill (65745): rc $rc | $(tail -n 1 "$one")")
+  rm -f "$one"
+  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=65745" san racecheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
+  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=65745" san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
+  san racecheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
   san memcheck gdr_decode
   san racecheck gdr_decode -- decode_padding
   # Session 8: T = 4 at >= 384 (row, head) pairs takes the chunked multi-token tile (slc) by default.
