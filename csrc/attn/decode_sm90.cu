@@ -38,6 +38,8 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 
 #include "../common/launch.cuh"
 
@@ -66,7 +68,21 @@ namespace attn_dec {
 // distributed shared memory at the end (CTA k of the cluster writes the output rows' column
 // slice k): no f32 partials in the workspace and no merge launch. Other split counts run 0-3.
 // Variant 12 (session 6, measurement): variant 0 recording a per-CTA timeline (kTl below).
-constexpr int kVariants = 13;
+// Variant 13 (session 8, DYN): the tiles of 0, but C consecutive splits of a (row, kv head) form
+// one thread-block cluster (C = the largest divisor of the split count in 2..8 whose clusters all
+// fit on the device at once, cudaOccupancyMaxActiveClusters) that shares the union of their static
+// ranges dynamically: each warp claims the next 16-position chunk from a counter in the shared
+// memory of the cluster's CTA 0 (atom.shared::cluster, zeroed by that CTA behind a cluster barrier
+// in every launch: no global state, nothing to reset, graph-safe, workspace unchanged), so the
+// CTAs of a cluster end together whatever each SM's bandwidth (static ranges: the step ends with
+// the slowest split). Partials + merge as variant 0 (the log-sum-exp merge is order-independent;
+// which positions a split summed varies from run to run). No such C (or one split): variant 0.
+constexpr int kVariants = 14;
+template <int VAR>
+constexpr bool kDyn = VAR == 13;
+// Tile configuration of a variant (13 uses the tiles of 0).
+template <int VAR>
+constexpr int kTileOf = VAR == 13 ? 0 : VAR;
 template <int VAR>
 constexpr bool kCluster = VAR >= 8 && VAR < 12;
 template <int VAR>
@@ -82,16 +98,17 @@ template <int HD, int VAR>
 struct Cfg;
 template <int VAR>
 struct Cfg<256, VAR> {
-  static constexpr bool BULK = VAR >= 4 && VAR < 8;
-  static constexpr int WARPS = VAR == 7 ? 1 : ((VAR % 4 == 1 || VAR % 4 == 3 || VAR == 6) ? 2 : 4);
-  static constexpr int STAGES = VAR == 7 ? 6 : ((VAR % 4 <= 1) ? 3 : 2);
+  static constexpr int V = kTileOf<VAR>;
+  static constexpr bool BULK = V >= 4 && V < 8;
+  static constexpr int WARPS = V == 7 ? 1 : ((V % 4 == 1 || V % 4 == 3 || V == 6) ? 2 : 4);
+  static constexpr int STAGES = V == 7 ? 6 : ((V % 4 <= 1) ? 3 : 2);
 };
 template <int VAR>
 struct Cfg<128, VAR> {
-  static constexpr bool BULK = VAR >= 4 && VAR < 8;
-  static constexpr int WARPS = (VAR % 4 == 1 || VAR % 4 == 3) ? 2 : 4;
-  static constexpr int STAGES =
-      VAR % 4 == 0 ? 4 : (VAR % 4 == 1 ? 6 : (VAR % 4 == 2 ? 3 : 4));
+  static constexpr int V = kTileOf<VAR>;
+  static constexpr bool BULK = V >= 4 && V < 8;
+  static constexpr int WARPS = (V % 4 == 1 || V % 4 == 3) ? 2 : 4;
+  static constexpr int STAGES = V % 4 == 0 ? 4 : (V % 4 == 1 ? 6 : (V % 4 == 2 ? 3 : 4));
 };
 template <int VAR>
 struct Cfg<64, VAR> {
@@ -117,6 +134,9 @@ template <int HD>
 __host__ __device__ constexpr int obuf_stride() {
   return HD + 8;
 }
+// DYN: claimed chunk starts a warp keeps (>= STAGES + 1: the tile consumed, STAGES - 1 in
+// flight, one looked up); a power of two.
+constexpr int kDynRing = 8;
 template <int HD, int VAR>
 constexpr size_t smem_bytes() {
   // Q [16] rows + STAGES x (K, V) tiles of BN rows (+ the BULK mbarriers after them); the
@@ -126,7 +146,10 @@ constexpr size_t smem_bytes() {
   static_assert(comb <= pipe, "the combine buffer stays clear of the mbarriers");
   // CLUSTER: the CTA's normalized rows [16][HD] f32 and their log-sum-exps [16] after it.
   static_assert(!kCluster<VAR> || comb + 16 * (HD + 1) * 4 <= pipe, "cluster result buffer");
-  return pipe + (Cfg<HD, VAR>::BULK ? 8 * Cfg<HD, VAR>::STAGES * Cfg<HD, VAR>::WARPS : 0);
+  // DYN: after the pipeline bytes, the cluster's chunk counter (16 bytes, used in CTA 0) and each
+  // warp's ring of kDynRing claimed chunk starts.
+  return pipe + (Cfg<HD, VAR>::BULK ? 8 * Cfg<HD, VAR>::STAGES * Cfg<HD, VAR>::WARPS : 0) +
+         (kDyn<VAR> ? 16 + 4 * kDynRing * Cfg<HD, VAR>::WARPS : 0);
 }
 static_assert(smem_bytes<256, 0>() <= 227 * 1024, "fits the opt-in shared memory");
 static_assert(smem_bytes<256, 1>() <= 113 * 1024, "two CTAs per SM");
@@ -138,6 +161,9 @@ static_assert(smem_bytes<128, 0>() <= 227 * 1024, "fits");
 static_assert(smem_bytes<128, 1>() <= 113 * 1024, "two CTAs per SM");
 static_assert(smem_bytes<128, 4>() <= 227 * 1024, "fits");
 static_assert(smem_bytes<64, 0>() <= 227 * 1024, "fits");
+static_assert(smem_bytes<256, 13>() <= 227 * 1024, "fits the opt-in shared memory");
+static_assert(smem_bytes<128, 13>() <= 227 * 1024, "fits");
+static_assert(Cfg<256, 13>::STAGES + 1 <= kDynRing && Cfg<128, 13>::STAGES + 1 <= kDynRing, "ring");
 
 struct Args {
   const __nv_bfloat16* q;
@@ -156,6 +182,7 @@ struct Args {
   int max_pages;
   int num_pages;
   int splits;
+  int dyn_c;  // DYN: splits per cluster (a divisor of splits, 2..8)
   float scale_log2;  // scale * log2(e)
 };
 
@@ -309,15 +336,20 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   const int G = a.group;
   const int rows_m = G * T;
   const int seq_len = a.seq_lens[n];
+  constexpr bool DYN = kDyn<VAR>;
   int lo = 0;
   int hi = 0;
   if (seq_len > 0) {
     const int tiles = (seq_len + BN - 1) / BN;
     const int per = (tiles + a.splits - 1) / a.splits;
-    lo = split * per * BN;
-    hi = min(lo + per * BN, seq_len);
+    // DYN: the cluster of splits [C g, C g + C) shares the union of their static ranges, claimed
+    // chunk by chunk (ntiles below: 1 = has work).
+    const int first = DYN ? split - split % a.dyn_c : split;
+    const int cnt = DYN ? a.dyn_c : 1;
+    lo = min(first * per * BN, seq_len);
+    hi = min(lo + cnt * per * BN, seq_len);
   }
-  const int ntiles = hi > lo ? (hi - lo + BN - 1) / BN : 0;
+  const int ntiles = hi > lo ? (DYN ? 1 : (hi - lo + BN - 1) / BN) : 0;
   if constexpr (TL) {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
@@ -338,6 +370,40 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     cp_async_16(chunk_addr(s_q, r, c), src, ok ? 16u : 0u);
   }
   cp_async_commit();
+  // DYN: the chunk counter of this (row, kv head) lives in the shared memory of the cluster's CTA
+  // 0 (zeroed there, then a cluster barrier before any claim); each warp's ring of claimed chunk
+  // starts in its own CTA. Chunks are 16 positions: chunk c = [16 c, 16 c + 16).
+  [[maybe_unused]] const uint32_t s_dyn = s_q + uint32_t(pipe_bytes<HD, VAR>());
+  int* dyn_ring = reinterpret_cast<int*>(smem + pipe_bytes<HD, VAR>() + 16) + warp * kDynRing;
+  [[maybe_unused]] uint32_t dyn_ctr = 0;  // the counter's shared::cluster address
+  const uint32_t dyn_chunks = hi > lo ? uint32_t(hi - lo + 15) / 16u : 0u;
+#if __CUDA_ARCH__ >= 900
+  if constexpr (DYN) {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    if (rank == 0 && tid == 0) {
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(s_dyn), "r"(0u) : "memory");
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(dyn_ctr) : "r"(s_dyn), "r"(0));
+  }
+#endif
+  // DYN: lane 0 claims the next chunk (the raw counter value, in lane 0 only) ...
+  auto dyn_claim = [&]() -> uint32_t {
+    uint32_t c = 0;
+#if __CUDA_ARCH__ >= 900
+    if (lane == 0) {
+      asm volatile("atom.shared::cluster.add.u32 %0, [%1], 1;\n" : "=r"(c) : "r"(dyn_ctr) : "memory");
+    }
+#endif
+    return c;
+  };
+  // ... and the warp turns it into the chunk's first position (hi = none left).
+  auto dyn_start = [&](uint32_t raw) -> int {
+    const uint32_t c = __shfl_sync(0xffffffffu, raw, 0);
+    return c < dyn_chunks ? lo + int(c) * 16 : hi;
+  };
   // Each warp loads exactly the 16 positions of every tile it consumes ([16 w, 16 w + 16)), so the
   // warps of a CTA run decoupled (per-warp waits, __syncwarp; no CTA barrier per tile). Lane j < 16
   // looks up the page of position j of the warp's slice one tile ahead (pf_page / pf_slot, the
@@ -346,8 +412,9 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   const int ps = a.page_size;
   int pf_page = -1;
   int pf_slot = 0;
+  // `start`: the first of the warp's 16 positions (static: tile start + 16 warp).
   auto prefetch = [&](int start) {
-    const int pos = start + warp * 16 + (lane & 15);
+    const int pos = start + (lane & 15);
     pf_page = -1;
     pf_slot = 0;
     if ((BULK || lane < 16) && pos < hi) {
@@ -419,15 +486,22 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   // the first copies instead of one per prologue tile), then the copies of the first STAGES - 1.
   int pf_pages[STAGES];
   int pf_slots[STAGES];
+  int pf_starts[STAGES];
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
-    prefetch(lo + st * BN);
+    if constexpr (DYN) {
+      pf_starts[st] = dyn_start(dyn_claim());
+      if (lane == 0) dyn_ring[st] = pf_starts[st];
+    } else {
+      pf_starts[st] = lo + st * BN + warp * 16;
+    }
+    prefetch(pf_starts[st]);
     pf_pages[st] = pf_page;
     pf_slots[st] = pf_slot;
   }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < ntiles) {
+    if (DYN ? pf_starts[st] < hi : st < ntiles) {
       pf_page = pf_pages[st];
       pf_slot = pf_slots[st];
       if constexpr (BULK) {
@@ -440,6 +514,10 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   }
   pf_page = pf_pages[STAGES - 1];  // the lookup of tile STAGES - 1, issued first in the loop
   pf_slot = pf_slots[STAGES - 1];
+  int pf_start = pf_starts[STAGES - 1];
+  // DYN: the claim of tile STAGES in flight (lane 0; its result is first used an iteration later).
+  uint32_t dyn_next = 0;
+  if constexpr (DYN) dyn_next = dyn_claim();
   if constexpr (BULK) {
     cp_async_wait<0>();
   } else {
@@ -481,19 +559,33 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   }
 
-  for (int it = 0; it < ntiles; ++it) {
-    if constexpr (BULK) {
+  for (int it = 0; DYN || it < ntiles; ++it) {
+    int ws0 = 0;  // DYN: the first of the warp's 16 positions in this tile
+    if constexpr (DYN) {
+      cp_async_wait<STAGES - 2>();
+      __syncwarp();  // the chunk of tile `it` landed; the ring slot of tile it - 1 is free
+      ws0 = dyn_ring[it & (kDynRing - 1)];
+      if (ws0 >= hi) break;  // claims are increasing per warp: no later chunk either
+      if (pf_start < hi) {
+        issue((it + STAGES - 1) % STAGES);
+        pf_start = dyn_start(dyn_next);  // tile it + STAGES
+        if (lane == 0) dyn_ring[(it + STAGES) & (kDynRing - 1)] = pf_start;
+        prefetch(pf_start);
+        dyn_next = dyn_claim();  // tile it + STAGES + 1
+      }
+      cp_async_commit();
+    } else if constexpr (BULK) {
       mbar_wait(s_bar + 8 * (warp * STAGES + it % STAGES), uint32_t(it / STAGES) & 1u);
       if (it + STAGES - 1 < ntiles) {
         issue_bulk((it + STAGES - 1) % STAGES);
-        prefetch(lo + (it + STAGES) * BN);
+        prefetch(lo + (it + STAGES) * BN + warp * 16);
       }
     } else {
       cp_async_wait<STAGES - 2>();
       __syncwarp();  // the warp's slice of tile `it` landed; its slice of stage (it-1) % S is free
       if (it + STAGES - 1 < ntiles) {
         issue((it + STAGES - 1) % STAGES);
-        prefetch(lo + (it + STAGES) * BN);
+        prefetch(lo + (it + STAGES) * BN + warp * 16);
       }
       cp_async_commit();
     }
@@ -512,8 +604,9 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
       mma_16816(s[1], qa, kb[2], kb[3]);
     }
     // Scale to exp2 units and mask.
-    const int pbase = tile0 + warp * 16 + 2 * qd;
-    const bool need_mask = tile0 + BN > hi || tile0 + BN > seq_len - T + 1;
+    const int pbase = (DYN ? ws0 : tile0 + warp * 16) + 2 * qd;
+    const bool need_mask = DYN ? ws0 + 16 > hi || ws0 + 16 > seq_len - T + 1
+                               : tile0 + BN > hi || tile0 + BN > seq_len - T + 1;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -574,6 +667,11 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     }
   }
   cp_async_wait<0>();
+#if __CUDA_ARCH__ >= 900
+  // DYN: no more claims from this CTA; CTA 0's counter stays alive until every CTA arrived (the
+  // wait at the end).
+  if constexpr (DYN) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
   __syncthreads();  // every warp done with the pipeline bytes: reuse them for the combine
   if constexpr (TL) tl_put(4, dec_gtimer());
 
@@ -722,6 +820,7 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
                        : "memory");
     }
   }
+  if constexpr (DYN) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 #endif  // DK_ATTN_DEC_BODY
 }
@@ -831,6 +930,37 @@ dk_status prepare(int dev) {
   return state[dev].load(std::memory_order_acquire) == 1 ? DK_OK : DK_ERR_NO_KERNEL_IMAGE;
 }
 
+// DYN: how many clusters of `c` CTAs (along z) of decode_kernel<HD, VAR> the device `dev` runs at
+// once (cudaOccupancyMaxActiveClusters; 0 if unknown). Cached per device and c; call after
+// prepare<HD, VAR>(dev) (the shared-memory attribute).
+template <int HD, int VAR>
+int max_clusters(int dev, int c) {
+  static std::atomic<int> cache[64][9];  // value + 1; 0 = not queried (zero-initialized)
+  if (dev < 0 || dev >= 64 || c < 1 || c > 8) return 0;
+  int v = cache[dev][c].load(std::memory_order_relaxed);
+  if (v == 0) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, unsigned(c));
+    cfg.blockDim = dim3(Cfg<HD, VAR>::WARPS * 32);
+    cfg.dynamicSmemBytes = smem_bytes<HD, VAR>();
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = unsigned(c);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, decode_kernel<HD, VAR>, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    v = n + 1;
+    cache[dev][c].store(v, std::memory_order_relaxed);
+  }
+  return v - 1;
+}
+
 template <int HD, int VAR>
 dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   if constexpr (kCluster<VAR>) {
@@ -841,6 +971,30 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   if (cudaGetDevice(&dev) != cudaSuccess) {
     set_last_cuda_error(static_cast<int>(cudaGetLastError()));
     return DK_ERR_CUDA;
+  }
+  int dyn_c = 0;
+  if constexpr (kDyn<VAR>) {
+    // The largest divisor C of the split count in 2..8 whose clusters of C CTAs all fit on the
+    // device at once (clusters stay inside a GPC: at one 200 KB CTA per SM, 32 clusters of 4
+    // did not fit an H200 in session 5); none (or one split): the static ranges of the same tiles.
+    if (p.num_splits >= 2) {
+      const dk_status st = prepare<HD, VAR>(dev);
+      if (st != DK_OK) return st;
+      const int64_t ctas = p.num_rows * p.n_kv_heads * p.num_splits;
+      for (int c = 8; c >= 2 && dyn_c == 0; --c) {
+        if (p.num_splits % c == 0 && ctas / c <= int64_t(max_clusters<HD, VAR>(dev, c))) dyn_c = c;
+      }
+    }
+    // DELTAKIT_DECODE_DYN_LOG=1 (device runs): which path each launch took.
+    static const bool log = std::getenv("DELTAKIT_DECODE_DYN_LOG") != nullptr;
+    if (log) {
+      std::fprintf(stderr, "attn.decode v13 hd %d: %lld CTAs, %lld splits -> clusters of %d (max clusters c=2..8:", HD,
+                   static_cast<long long>(p.num_rows * p.n_kv_heads * p.num_splits),
+                   static_cast<long long>(p.num_splits), dyn_c);
+      for (int c = 2; c <= 8; ++c) std::fprintf(stderr, " %d", p.num_splits >= 2 ? max_clusters<HD, VAR>(dev, c) : -1);
+      std::fprintf(stderr, ")\n");
+    }
+    if (dyn_c == 0) return launch<HD, kTileOf<VAR>>(p, stream);
   }
   const dk_status st = prepare<HD, VAR>(dev);
   if (st != DK_OK) return st;
@@ -862,6 +1016,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   a.max_pages = int(p.max_pages);
   a.num_pages = int(p.num_pages);
   a.splits = int(p.num_splits);
+  a.dyn_c = dyn_c;
   a.scale_log2 = p.scale * 1.4426950408889634f;
   // Programmatic dependent of the previous kernel on the stream (its launch and CTA setup
   // overlap that kernel's tail; the kernel waits in griddepcontrol.wait before reading) -- only
@@ -871,6 +1026,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   // with 2..8 splits, one cluster per (row, kv head).
   constexpr bool kPdl = smem_bytes<HD, VAR>() > 114 * 1024;
   const bool cluster = kCluster<VAR> && p.num_splits > 1;
+  const bool cluster_launch = cluster || kDyn<VAR>;  // DYN: clusters of dyn_c splits
   {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(p.num_rows), unsigned(p.n_kv_heads), unsigned(p.num_splits));
@@ -884,11 +1040,11 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
       attr[na].val.programmaticStreamSerializationAllowed = 1;
       ++na;
     }
-    if (cluster) {
+    if (cluster_launch) {
       attr[na].id = cudaLaunchAttributeClusterDimension;
       attr[na].val.clusterDim.x = 1;
       attr[na].val.clusterDim.y = 1;
-      attr[na].val.clusterDim.z = unsigned(p.num_splits);
+      attr[na].val.clusterDim.z = unsigned(kDyn<VAR> ? dyn_c : p.num_splits);
       ++na;
     }
     cfg.attrs = attr;
@@ -1028,6 +1184,8 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<128, 10>(*p, s);
         case 11:
           return d::launch<128, 11>(*p, s);
+        case 13:
+          return d::launch<128, 13>(*p, s);
         default:  // 12: the timeline variant is built at head dim 256 only
           return d::launch<128, 0>(*p, s);
       }
@@ -1057,6 +1215,8 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<256, 10>(*p, s);
         case 11:
           return d::launch<256, 11>(*p, s);
+        case 13:
+          return d::launch<256, 13>(*p, s);
         default:
           return d::launch<256, 12>(*p, s);
       }

@@ -168,11 +168,15 @@ typedef struct DkAttnDecodeSm90Params {
   int64_t num_pages;
   int64_t num_splits;
   float scale;
-  /** Tile configuration (see decode_sm90.cu), 0..=12: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
+  /** Tile configuration (see decode_sm90.cu), 0..=13: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
    * loads, each with its warps x shared-memory stages; 8-11 the tiles of 0-3 where 2..=8 splits
    * run as one thread-block cluster per (row, kv head) and combine through distributed shared
    * memory (no merge launch; the workspace is not written; other split counts run 0-3); 12 =
-   * variant 0 recording a per-CTA timeline (dk_attn_decode_sm90_timeline; measurement); -1 =
+   * variant 0 recording a per-CTA timeline (dk_attn_decode_sm90_timeline; measurement); 13 = the
+   * tiles of 0 where C consecutive splits (C = the largest divisor of num_splits in 2..=8 whose
+   * clusters all fit at once) run as one cluster that shares their ranges dynamically
+   * (16-position chunks claimed from a counter in the first CTA's shared memory, set up by each
+   * launch; partials + merge as 0; no such C: 0); -1 =
    * automatic: variant 0 or 3 and a split count <= num_splits chosen from num_rows x n_kv_heads
    * and the SM count (the workspace layout then uses that count). Ignored at head dim 64. Same
    * results up to rounding. Tiles of one CTA per SM (hd 256: 0, 2, 4, 8, 10) launch as a

@@ -749,15 +749,23 @@ pub enum DecodeKernel {
     /// of 0-3 where, with 2..=8 splits, the splits of a (row, kv head) run as one thread-block
     /// cluster and combine their partial results through distributed shared memory (no merge
     /// launch, the workspace is not written; more splits run 0-3). 12: variant 0 recording a
-    /// per-CTA timeline ([`decode_sm90_timeline`]; measurement; 0 at head dim 128). Same results
-    /// up to rounding. Values above 12 are rejected ([`crate::Error::Shape`] naming `kernel`).
+    /// per-CTA timeline ([`decode_sm90_timeline`]; measurement; 0 at head dim 128). 13 (session 8,
+    /// dynamic split): the tiles of 0 where C consecutive splits of a (row, kv head) (C = the
+    /// largest divisor of the split count in 2..=8 whose clusters all fit on the device at once)
+    /// run as one thread-block cluster and share their ranges dynamically (each warp claims the
+    /// next 16-position chunk from a counter in the shared memory of the cluster's first CTA, set
+    /// up anew by every launch: no state kept between launches, graph-safe, same workspace);
+    /// partial results and merge as 0 (which positions a split summed varies from run to run);
+    /// no such C (or one split): 0. H200, session 8: correct and sanitizer-clean, but 1-3% slower
+    /// than 0 at a full wave and ~10% with few CTAs (opt-in). Same results up to rounding. Values
+    /// above 13 are rejected ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).
     Triton,
 }
 
 /// The largest tile variant `dk_attn_decode_sm90` accepts.
-const DECODE_SM90_MAX_VARIANT: u8 = 12;
+const DECODE_SM90_MAX_VARIANT: u8 = 13;
 
 /// Words per split CTA (and per merge block) in [`decode_sm90_timeline`].
 pub const DECODE_TIMELINE_FIELDS: usize = 6;
@@ -1014,7 +1022,7 @@ fn decode_impl(
     }
     if let DecodeKernel::Sm90Variant(v) = kernel {
         if v > DECODE_SM90_MAX_VARIANT {
-            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=12", v));
+            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=13", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
