@@ -898,6 +898,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
 // the default for T = 4 / 8 (slc_default).
 template <int K, int V, int BV, int NW, bool L2, int MINB, int TC>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_slc_kernel(const Args p) {
+#ifdef DK_GDR_DECODE_NO_TMA
+  __trap();  // 49.4 KB of static shared memory: more than the 48 KB of sm_80 / sm_89 (launch_slc never launches it there)
+#else
   using G = Geo<K, V, BV, NW>;
   constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK;
   constexpr int NT = NW * 32;
@@ -1109,6 +1112,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_slc_kernel(const Args p)
       }
     }
   }
+#endif
 }
 
 // ---- removed: persistent shared-memory ring variant (decode_ps_kernel, DELTAKIT_GDR_DECODE=ps_*, harness ps_*) ----
@@ -1208,6 +1212,11 @@ dk_status launch_slc(const Args& a, bool l2, cudaStream_t stream) {
   static std::atomic<uint64_t> carveout_set[2];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+  // The kernel's 49.4 KB of static shared memory only fit sm_90 (older archs: compiled to a trap): below compute
+  // capability 9.0 the default register tiles run instead (the forced path included).
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return dk::launch_status();
+  if (major < 9) return launch_reg<K, V, true, true, false, true>(a, l2, stream);
   const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
   if (bit == 0 || (carveout_set[l2].load(std::memory_order_relaxed) & bit) == 0) {
     if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
