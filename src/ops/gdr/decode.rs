@@ -68,7 +68,9 @@ pub struct DecodeStrides {
 /// shared-memory tile taking a row's tokens in chunks of 4: one pass over the tile computes every
 /// token's `S^T k` / `S^T q`, a small per-column substitution the deltas and outputs, one more
 /// pass the update; for every `K = V = 128` call; the default for `T = 4` from 384 pairs and `T = 8`
-/// from 3,072 pairs, where it measured 1.1-1.25x faster than the register tiles on an H200),
+/// from 3,072 pairs, where it measured 1.1-1.25x faster than the register tiles on an H200; sm_90
+/// only: its 49.4 KB of static shared memory exceed older archs' 48 KB, where the register tiles
+/// run instead),
 /// or `tma_bv64_nw4_s3` / `tma_bv64_nw4_s2` /
 /// `tma_bv128_nw8_s2` / `tma_bv32_nw2_s4`: a persistent kernel whose CTAs stream the state tiles
 /// into shared memory with bulk copies (TMA) two or three items ahead, for `K, V` in {64, 128}
