@@ -33,7 +33,8 @@
 // (docs/benchmarks/2026-12-02-gdrdec-s8.md, 2026-12-01-gdrdec-s5.md).
 // Dispatch (launch_kv /
 // launch_reg, K, V in {64, 128}): K = V = 128, T = 1 with >= 384 (row, head) pairs: decode_sl_kernel, BV = 64,
-// NW = 4, 5 CTAs per SM (launch_sl). Else K = V = 128 (any T; the PRE + FG kernels, see below) with
+// NW = 4, 5 CTAs per SM (launch_sl); T = 4 from 384 pairs and T = 8 from 3,072: decode_slc_kernel (4 tokens per
+// state pass, slc_default; sm_90 images only). Else K = V = 128 (any T; the PRE + FG kernels, see below) with
 // 256..400 (row, head) pairs (one wave; T = 1 only below 384): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
 // else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1. Other K, V in
 // {64, 128}: exact kernels, the same tiles for T = 1 only with the 64-column one from 512 tiles (T > 1:
@@ -1143,8 +1144,9 @@ dk_status launch_tma(const Args& a, bool l2, cudaStream_t stream) {
   if (dev < 0 || dev >= kMaxDevices) return DK_ERR_UNSUPPORTED;
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return dk::launch_status();
-  // Bulk copies need sm_90: the opt-in TMA path runs the default register kernel elsewhere.
-  if (major < 9) return launch_reg<K, V>(a, l2, stream);
+  // Bulk copies need sm_90: the opt-in TMA path runs the default register kernel elsewhere, and wherever the loaded
+  // image is not an sm_90a one (a JIT of an older arch's PTX compiles the kernel to a trap).
+  if (major < 9 || !dk::sm90a_image(dev)) return launch_reg<K, V>(a, l2, stream);
   int64_t cap = caps[l2][dev].load(std::memory_order_relaxed);
   if (cap == 0) {
     int sms = 0, per_sm = 0;
@@ -1212,11 +1214,20 @@ dk_status launch_slc(const Args& a, bool l2, cudaStream_t stream) {
   static std::atomic<uint64_t> carveout_set[2];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
-  // The kernel's 49.4 KB of static shared memory only fit sm_90 (older archs: compiled to a trap): below compute
-  // capability 9.0 the default register tiles run instead (the forced path included).
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return dk::launch_status();
-  if (major < 9) return launch_reg<K, V, true, true, false, true>(a, l2, stream);
+  // The kernel's 49.4 KB of static shared memory only fit sm_90: images for older archs compile it to a trap. Whether
+  // the image loaded on this device has the body (not: a device below 9.0, or any device JIT-compiling an older arch's
+  // PTX, e.g. a DELTAKIT_CUDA_ARCHS=80 build on an H100 or an 80;90a build on a newer GPU) is read from the kernel's
+  // static shared memory (0 in the trap stub), once per (instantiation, device); without the body the default
+  // register tiles run instead (the forced path included).
+  static std::atomic<int> body[2][64];  // 0 unknown, 1 body compiled in, 2 trap stub
+  int has_body = dev >= 0 && dev < 64 ? body[l2][dev].load(std::memory_order_relaxed) : 0;
+  if (has_body == 0) {
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, kern) != cudaSuccess) return dk::launch_status();
+    has_body = attr.sharedSizeBytes > 0 ? 1 : 2;
+    if (dev >= 0 && dev < 64) body[l2][dev].store(has_body, std::memory_order_relaxed);
+  }
+  if (has_body != 1) return launch_reg<K, V, true, true, false, true>(a, l2, stream);
   const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
   if (bit == 0 || (carveout_set[l2].load(std::memory_order_relaxed) & bit) == 0) {
     if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
@@ -1348,7 +1359,8 @@ dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
 
 // The default (kAuto) is the register-tile dispatch (K = V = 128: PRE + FG kernels, tile rule for every
 // T; H200 2026-12-01 vs the previous dispatch: T = 1 -1..-14%, T = 4 -3..-21%) with the shared-memory-landed
-// tile for K = V = 128, T = 1 from kSlMinHeads (row, head) pairs (session 6: -1.6..-2.7%): the TMA-fed kernel
+// tile for K = V = 128, T = 1 from kSlMinHeads (row, head) pairs (session 6: -1.6..-2.7%) and the chunked
+// multi-token tile where slc_default says (T = 4 / 8, session 8: -10..-20%): the TMA-fed kernel
 // passed every test but measured
 // 1.2-1.5x slower at every 27B shape (H200, 2026-12-01 session 4: TP1 B=64 163.9 us for 64/4/3, 129.8 for
 // 128/4/2 vs 107.2 for the register 64-column tile; ncu: DRAM 48%, 12.5% occupancy — each CTA's per-item
