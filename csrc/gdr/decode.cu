@@ -1179,6 +1179,18 @@ dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
 }
 
 
+// Sets kern's preferred shared-memory carveout to the maximum on device dev, once per (kernel, device): `done` holds
+// one bit per device (devices past 63 set it on every call). A per-function, per-device attribute: a driver call on
+// every decode launch would cost host time in eager mode.
+template <typename Kern>
+cudaError_t max_carveout_once(Kern kern, int dev, std::atomic<uint64_t>& done) {
+  const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
+  if (bit != 0 && (done.load(std::memory_order_relaxed) & bit) != 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
+  return e;
+}
+
 // Launches the shared-memory-landed kernel (K = V = 128), shared-memory carveout set to the maximum so that the
 // tile (K * BV * 4 bytes per CTA) bounds the CTAs per SM.
 template <int K, int V, int BV, int NW, int MINB = 1, int SX = 0>
@@ -1188,17 +1200,10 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
   if (blocks == 0) return DK_OK;
   if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
   auto kern = l2 ? decode_sl_kernel<K, V, BV, NW, true, MINB, SX> : decode_sl_kernel<K, V, BV, NW, false, MINB, SX>;
-  // The carveout is a per-function, per-device attribute: set once per (instantiation, device), not per call
-  // (a driver call on every decode launch would cost host time in eager mode). Devices past 63 set it every call.
-  static std::atomic<uint64_t> carveout_set[2];
+  static std::atomic<uint64_t> carveout_set[2];  // per l2 instantiation: max_carveout_once's device bits
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
-  const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
-  if (bit == 0 || (carveout_set[l2].load(std::memory_order_relaxed) & bit) == 0) {
-    if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
-      return dk::launch_status();
-    carveout_set[l2].fetch_or(bit, std::memory_order_relaxed);
-  }
+  if (max_carveout_once(kern, dev, carveout_set[l2]) != cudaSuccess) return dk::launch_status();
   kern<<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
   return dk::launch_status();
 }
@@ -1228,12 +1233,7 @@ dk_status launch_slc(const Args& a, bool l2, cudaStream_t stream) {
     if (dev >= 0 && dev < 64) body[l2][dev].store(has_body, std::memory_order_relaxed);
   }
   if (has_body != 1) return launch_reg<K, V, true, true, false, true>(a, l2, stream);
-  const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t{1} << dev) : 0;
-  if (bit == 0 || (carveout_set[l2].load(std::memory_order_relaxed) & bit) == 0) {
-    if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
-      return dk::launch_status();
-    carveout_set[l2].fetch_or(bit, std::memory_order_relaxed);
-  }
+  if (max_carveout_once(kern, dev, carveout_set[l2]) != cudaSuccess) return dk::launch_status();
   kern<<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
   return dk::launch_status();
 }
