@@ -30,6 +30,7 @@
 
 #include "../common/launch.cuh"
 #include "chunk_prefill_fused_sm90.h"
+#include "chunk_local_wgmma_sm90.h"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DK_GDR_FUSED_SM90A 1
@@ -1738,7 +1739,9 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
       cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgSmem)) !=
           cudaSuccess)
     return dk::launch_status();
-  if (a.w.nt > 0) {
+  if ((p.variant & 131072) != 0 && a.w.nt > 0) {  // the local pass on wgmma (159953, read at run time; session 9)
+    if (const dk_status st = dk_gdr_split_local_wgmma_sm90(&p, &a.w, s); st != DK_OK) return st;
+  } else if (a.w.nt > 0) {
     split_local_kernel<LV><<<dim3(static_cast<unsigned>(a.w.nt), static_cast<unsigned>(p.h_k)), 128, lp_smem<LV>(),
                              s>>>(a);
     if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
@@ -1773,7 +1776,9 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   if constexpr (kPair) {
     if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
   }
-  if ((VAR & 8) == 0 && a.w.nt > 0) {
+  if ((VAR & 8) == 0 && (LV & 64) != 0 && (p.variant & 131072) != 0 && a.w.nt > 0) {  // wgmma local pass (159953)
+    if (const dk_status st = dk_gdr_split_local_wgmma_sm90(&p, &a.w, s); st != DK_OK) return st;
+  } else if ((VAR & 8) == 0 && a.w.nt > 0) {
     if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(lp_smem<LV>())) != cudaSuccess)
       return dk::launch_status();
@@ -1807,6 +1812,7 @@ namespace {
 // other one before the caller enqueues anything (session 8: 8192 / 12496 / 4112 / 9937 passed the old bit rules and
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
 bool split_variant_known(int v) {
+  if (v == 159953) return true;  // 28881 with the local pass on wgmma (bit 131072; session 9, opt-in)
   switch (v) {
     case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
     case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
@@ -1856,6 +1862,9 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
+  // 159953 = 28881 + 131072 (session 9, opt-in): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
+  // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
+  if (p->variant == 159953) return launch_cp<28881>(a, s);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881)

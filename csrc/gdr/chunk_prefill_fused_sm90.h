@@ -77,7 +77,9 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * shared memory: f32 A unpadded and XOR-swizzled over the dead K tile; same arithmetic, so the same bits as without
  * it; 27B TP1 local pass 227 -> 195 us under ncu), only as 16593 (= 209 + 16384) and 28881 (= 12497 + 16384); 32977
  * (= 209 + 32768, a racecheck diagnostic): the state warps release stages with bar.sync instead of bar.arrive; 65745
- * (= 209 + 65536, opt-in): they release them through one mbarrier per stage (arrive / parity wait). Every
+ * (= 209 + 65536, opt-in): they release them through one mbarrier per stage (arrive / parity wait);
+ * 159953 (= 28881 + 131072, session 9, opt-in): 28881's routes with the local pass on wgmma (SS-wgmma K K^T / Q K^T,
+ * 2 x 2 blocked (I + A)^-1; csrc/gdr/chunk_local_wgmma_sm90.cu, the same stage image to ~2^-16). Every
  * other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before the caller enqueues anything). The library
  * default is 28881 (session 8; 209 before). */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,

@@ -1,0 +1,27 @@
+/* gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (csrc/gdr/chunk_local_wgmma_sm90.cu; variant
+ * bit 131072 of dk_gdr_chunk_prefill_split_sm90, session 9, opt-in). Declared here for the split pipeline's launchers,
+ * not through bindgen. */
+#ifndef DELTAKIT_GDR_CHUNK_LOCAL_WGMMA_SM90_H
+#define DELTAKIT_GDR_CHUNK_LOCAL_WGMMA_SM90_H
+#include <cuda_runtime.h>
+
+#include "chunk_prefill_fused_sm90.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Enqueues the local pass of the split pipeline on `stream`: grid (ws->nt, H_k), 128 threads, one CTA per (chunk id,
+ * key head) looping over that key head's H_v / H_k value heads; writes the same 26,880-byte stage image per (chunk id,
+ * value head) as split_local_kernel (Tb hi / lo, P bf16 [64][64] 128-byte-swizzled rows, then the f32 [9][64] vectors)
+ * into ws->img. K K^T and Q K^T are SS-wgmma m64n64k16 (once per key head); (I + A)^-1 is a 2 x 2 blocked inverse of
+ * 32 x 32 blocks over 16 x 16 diagonal inverses (products as bf16 hi / lo triples, ~2^-16 relative, as the mma.sync
+ * pass); decay factors with MUFU exp (variant bit 1). Preconditions as dk_gdr_chunk_prefill_split_sm90 (checked there:
+ * K = 128, workspace regions, alignments). Returns DK_ERR_CUDA (dk_last_cuda_error) if the launch fails. */
+dk_status dk_gdr_split_local_wgmma_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
+                                        cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
