@@ -365,6 +365,12 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int s = 8 * nt + 2 * q;
+        uint32_t* pdst =
+            reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2);
+        if (nt > 2 * lw + 1) {  // above the warp's diagonal block (warp-uniform): P zero, A never read
+          *pdst = 0u;
+          continue;
+        }
         float av[2], pv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -374,8 +380,7 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
           pv[e] = (s + e <= t) ? pp[nt][2 * h + e] * rq * rks * dx : 0.f;
         }
         *reinterpret_cast<float2*>(sA + a4_idx(t, s)) = make_float2(av[0], av[1]);
-        *reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2) =
-            pack_bf(pv[0], pv[1]);
+        *pdst = pack_bf(pv[0], pv[1]);
       }
     }
     __syncthreads();
