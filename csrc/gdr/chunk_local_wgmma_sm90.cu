@@ -79,8 +79,14 @@ __device__ __forceinline__ void split2(float x, float y, uint32_t& hi, uint32_t&
 __device__ __forceinline__ float2 unpack_bf(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u));
 }
-// exp(x) of a decay exponent x <= 0 (MUFU ex2), flushed to 0 at or below -(kGFloor - 1) and for NaN.
-__device__ __forceinline__ float dexp(float x) { return x > 1.f - kGFloor ? __expf(x) : 0.f; }
+// exp(x) of a decay exponent x <= 0 (MUFU ex2), flushed to 0 at or below -(kGFloor - 1) and for NaN. Branch-free:
+// ex2.approx.ftz of the clamped argument times log2(e) -- the value of __expf (ex2.approx of x log2(e)) wherever it is
+// kept (e^-63 is far above the denormal range, so the ftz form and __expf's denormal fix-up agree bit for bit).
+__device__ __forceinline__ float dexp(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaxf(x, 1.f - kGFloor) * 1.4426950408889634f));
+  return x > 1.f - kGFloor ? y : 0.f;
+}
 
 // f32 A [64][64] without padding, 8-float column groups XOR-swizzled by (row & 3) (as the mma.sync pass's bit 16384).
 // Rows 0..31, columns 32..63 (A's upper blocks (0, 2), (0, 3), (1, 2), (1, 3)) are never read as A: the inverse keeps
@@ -129,6 +135,23 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const Frag& f, FB b, in
     mma(acc[nt], ah, bl0, bl1);
     mma(acc[nt], al, bh0, bh1);
   }
+}
+// The n8 tile n0 .. n0 + 7 of mm16 only: acc[4] (16 x 8) += F x B[:, n0 .. n0 + 7].
+template <class FB>
+__device__ __forceinline__ void mm8(float (&acc)[4], const Frag& f, FB b, int n0, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  uint32_t ah[4], al[4];
+  split2(f.x0.x, f.x0.y, ah[0], al[0]);
+  split2(f.x1.x, f.x1.y, ah[1], al[1]);
+  split2(f.x2.x, f.x2.y, ah[2], al[2]);
+  split2(f.x3.x, f.x3.y, ah[3], al[3]);
+  const int n = n0 + g;
+  uint32_t bh0, bl0, bh1, bl1;
+  split2(b(2 * q, n), b(2 * q + 1, n), bh0, bl0);
+  split2(b(2 * q + 8, n), b(2 * q + 9, n), bh1, bl1);
+  mma(acc, ah, bh0, bh1);
+  mma(acc, ah, bl0, bl1);
+  mma(acc, al, bh0, bh1);
 }
 // Stores s * acc (16 x 16) at dst (row-major, ld floats) or into a swizzled A-array block.
 __device__ __forceinline__ void st_ld(float* dst, int ld, const float (&acc)[2][4], float s, int lane) {
@@ -356,44 +379,62 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       }
     }
     __syncthreads();
+    {  // A / P epilogue: decays, beta, norms; A -> sA (f32), P -> the image (bf16). Rows t_h = m0 + g + 8 h of the
+       // warp; the column vectors of an n8 tile loaded once for both rows (same products in the same order as before)
+      float bt[2], rq[2], gct[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // A / P epilogue: decays, beta, norms; A -> sA (f32), P -> the image (bf16)
-      const int t = m0 + g + 8 * h;
-      const float bt = vec[kBeta * 64 + t] * vec[kRnk * 64 + t];
-      const float rq = vec[kRnq * 64 + t];
-      const float gct = vec[kGc * 64 + t];
+      for (int h = 0; h < 2; ++h) {
+        const int t = m0 + g + 8 * h;
+        bt[h] = vec[kBeta * 64 + t] * vec[kRnk * 64 + t];
+        rq[h] = vec[kRnq * 64 + t];
+        gct[h] = vec[kGc * 64 + t];
+      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int s = 8 * nt + 2 * q;
-        uint32_t* pdst =
-            reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2);
+        uint32_t* pdst[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int t = m0 + g + 8 * h;
+          pdst[h] = reinterpret_cast<uint32_t*>(stg + kOP + t * 128 + (((s >> 3) ^ (t & 7)) << 4) + (s & 7) * 2);
+        }
         if (nt > 2 * lw + 1) {  // above the warp's diagonal block (warp-uniform): P zero, A never read
-          *pdst = 0u;
+          *pdst[0] = 0u;
+          *pdst[1] = 0u;
           continue;
         }
-        float av[2], pv[2];
+        const float2 rk2 = *reinterpret_cast<const float2*>(vec + kRnk * 64 + s);
+        const float2 gs2 = *reinterpret_cast<const float2*>(vec + kGc * 64 + s);
+        const float rks[2] = {rk2.x, rk2.y}, gcs[2] = {gs2.x, gs2.y};
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float rks = vec[kRnk * 64 + s + e];
-          const float dx = (s + e <= t) ? dexp(gct - vec[kGc * 64 + s + e]) : 0.f;
-          av[e] = (s + e < t) ? a[nt][2 * h + e] * bt * rks * dx : 0.f;
-          pv[e] = (s + e <= t) ? pp[nt][2 * h + e] * rq * rks * dx : 0.f;
+        for (int h = 0; h < 2; ++h) {
+          const int t = m0 + g + 8 * h;
+          float av[2], pv[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float dx = (s + e <= t) ? dexp(gct[h] - gcs[e]) : 0.f;
+            av[e] = (s + e < t) ? a[nt][2 * h + e] * bt[h] * rks[e] * dx : 0.f;
+            pv[e] = (s + e <= t) ? pp[nt][2 * h + e] * rq[h] * rks[e] * dx : 0.f;
+          }
+          *reinterpret_cast<float2*>(sA + a4_idx(t, s)) = make_float2(av[0], av[1]);
+          *pdst[h] = pack_bf(pv[0], pv[1]);
         }
-        *reinterpret_cast<float2*>(sA + a4_idx(t, s)) = make_float2(av[0], av[1]);
-        *pdst = pack_bf(pv[0], pv[1]);
       }
     }
     __syncthreads();
-    {  // diagonal blocks D_lw = (I + A_{lw,lw})^-1: warp lw, lane c < 16 owns column c (same order as the mma.sync pass)
-      const int cidx = lane & 15;
+    {  // diagonal blocks D_lw = (I + A_{lw,lw})^-1: warp lw, lanes c and c + 16 own column c (forward substitution;
+       // lane half hf sums the terms m = hf (mod 2), one shuffle per row adds the halves)
+      const int cidx = lane & 15, hf = lane >> 4;
       const int r0 = 16 * lw;
       float col[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        float x = (i == cidx) ? 1.f : 0.f;
+        float x = 0.f;
 #pragma unroll
-        for (int m = 0; m < i; ++m) x -= sA[a4_idx(r0 + i, r0 + m)] * col[m];
-        col[i] = x;
+        for (int m = 0; m < i; m += 2)
+          if (m + hf < i) x -= sA[a4_idx(r0 + i, r0 + m + hf)] * (hf ? col[m + 1] : col[m]);
+        if (i > 0) x += __shfl_xor_sync(0xffffffffu, x, 16);
+        col[i] = ((i == cidx) ? 1.f : 0.f) + x;
       }
       if (lane < 16) {
 #pragma unroll
@@ -465,12 +506,14 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       st_a4(sA, 16, 48, acc, lane);
     }
     __syncthreads();
-    // Phase 3: T30 = -(T32 X20 + D3 X30), the two 8-column halves on warps 0 / 1 ... done whole by warp 1
-    if (lw == 1) {
-      zero(acc);
-      mm16(acc, fT(3, 2), bS(2), lane);
-      mm16(acc, fT(3, 3), bS(3), lane);
-      st_ld(sT + 48 * kLd, kLd, acc, -1.f, lane);
+    // Phase 3: T30 = -(T32 X20 + D3 X30), its 8-column halves on warps 0 / 1
+    if (lw <= 1) {
+      float acc1[4] = {0.f, 0.f, 0.f, 0.f};
+      mm8(acc1, fT(3, 2), bS(2), 8 * lw, lane);
+      mm8(acc1, fT(3, 3), bS(3), 8 * lw, lane);
+      float* dst = sT + 48 * kLd + 8 * lw;
+      *reinterpret_cast<float2*>(dst + g * kLd + 2 * q) = make_float2(-acc1[0], -acc1[1]);
+      *reinterpret_cast<float2*>(dst + (g + 8) * kLd + 2 * q) = make_float2(-acc1[2], -acc1[3]);
     }
     __syncthreads();
     // Tb = Tm diag(beta) (lower triangle incl. the diagonal) -> bf16 hi / lo tiles of the image.
@@ -480,12 +523,15 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       const float4 u0 = *reinterpret_cast<const float4*>(sT + t * kLd + s0);
       const float4 u1 = *reinterpret_cast<const float4*>(sT + t * kLd + s0 + 4);
       const float x[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+      const float4 b0 = *reinterpret_cast<const float4*>(vec + kBeta * 64 + s0);
+      const float4 b1 = *reinterpret_cast<const float4*>(vec + kBeta * 64 + s0 + 4);
+      const float bb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
       uint32_t hi[4], lo[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int s = s0 + 2 * e;
-        const float y0 = s <= t ? x[2 * e] * vec[kBeta * 64 + s] : 0.f;
-        const float y1 = s + 1 <= t ? x[2 * e + 1] * vec[kBeta * 64 + s + 1] : 0.f;
+        const float y0 = s <= t ? x[2 * e] * bb[2 * e] : 0.f;
+        const float y1 = s + 1 <= t ? x[2 * e + 1] * bb[2 * e + 1] : 0.f;
         split2(y0, y1, hi[e], lo[e]);
       }
       const uint32_t off = uint32_t(t * 128) + (uint32_t((ch ^ (t & 7))) << 4);
