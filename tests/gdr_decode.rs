@@ -613,18 +613,41 @@ fn decode_strided_inputs() {
     // the two halves of one [rows, 2*H_v] buffer.
     let Some(ctx) = gpu_or_skip("decode_strided_inputs") else { return };
     let stream = ctx.default_stream();
-    strided_case(&stream, GdrDims { h_k: 2, h_v: 6, k: 128, v: 64 }, 600);
+    strided_case(&stream, GdrDims { h_k: 2, h_v: 6, k: 128, v: 64 }, 600, 4, 2, &[2]);
     // tiny-cond's layer (K = 32, V = 16): the v view starts 2*H_k*K = 128 elements in.
-    strided_case(&stream, GdrDims { h_k: 2, h_v: 6, k: 32, v: 16 }, 601);
-    strided_case(&stream, GdrDims { h_k: 1, h_v: 2, k: 32, v: 32 }, 602);
+    strided_case(&stream, GdrDims { h_k: 2, h_v: 6, k: 32, v: 16 }, 601, 4, 2, &[2]);
+    strided_case(&stream, GdrDims { h_k: 1, h_v: 2, k: 32, v: 32 }, 602, 4, 2, &[2]);
 }
 
-fn strided_case(stream: &Arc<CudaStream>, d: GdrDims, case: u64) {
-    let (n, t) = (4usize, 2usize);
+#[test]
+fn decode_chunked_default_routes() {
+    // The default dispatch's chunked multi-token tile (decode_slc_kernel, 4 tokens per state pass) without forcing it:
+    // T = 4 from 384 (row, head) pairs (27B TP2: 16 rows x 24 heads, exactly the threshold) with padding rows and
+    // strided q / k / v / a / b views; T = 8 from 3,072 pairs (27B TP1: 64 rows x 48 heads, two chunks per row)
+    // with padding rows. DELTAKIT_GDR_DECODE_LOG=1 prints the route the library takes (the device call checks that
+    // both say slc).
+    let Some(ctx) = gpu_or_skip("decode_chunked_default_routes") else { return };
+    let stream = ctx.default_stream();
+    strided_case(&stream, GdrDims { h_k: 8, h_v: 24, k: 128, v: 128 }, 1800, 16, 4, &[3, 10, 15]);
+    if !sanitize() {
+        let d = GdrDims { h_k: 16, h_v: 48, k: 128, v: 128 };
+        let r = run_case(&stream, 1801, d, 64, 8, true, Gates::Normal, &[0, 37], -1);
+        report("K=V=128 T=8 default route (3,072 pairs, slc), padding", (r.out_err, r.state_err));
+    }
+}
+
+fn strided_case(
+    stream: &Arc<CudaStream>,
+    d: GdrDims,
+    case: u64,
+    n: usize,
+    t: usize,
+    pad: &[usize],
+) {
     let rows = n * t;
     let (mut rng, seed) = common::rng(case);
     let inp = make_inputs(&mut rng, d, rows, Gates::Normal);
-    let (slots, num_slots) = slot_layout(&mut rng, n, &[2]);
+    let (slots, num_slots) = slot_layout(&mut rng, n, pad);
     let (qk, vw) = (d.h_k * d.k, d.h_v * d.v);
     let width = 2 * qk + vw + 8;
     let mut packed = vec![bf16::ZERO; rows * width];
@@ -673,9 +696,18 @@ fn strided_case(stream: &Arc<CudaStream>, d: GdrDims, case: u64) {
     .unwrap();
     let out = to_f32(&stream.clone_dtoh(&dout).unwrap());
     let state = stream.clone_dtoh(&dstate).unwrap();
+    for (i, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            let o = &out[i * t * vw..(i + 1) * t * vw];
+            assert!(
+                o.iter().all(|&x| x.to_bits() == 0),
+                "{d:?} seed={seed}: padding row {i} not zero"
+            );
+        }
+    }
     let oe = rel_err(&out, &to_f32(&ref_out));
     let se = rel_err(&state, &ref_state);
-    println!("MAXERR gdr.decode strided inputs {d:?}: out {oe:.3e} state {se:.3e}");
+    println!("MAXERR gdr.decode strided inputs {d:?} n={n} t={t} pad={pad:?}: out {oe:.3e} state {se:.3e}");
     assert!(oe <= OUT_TOL && se <= STATE_TOL, "{d:?} seed={seed}: out {oe} state {se}");
 }
 

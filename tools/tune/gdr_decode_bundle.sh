@@ -2,7 +2,8 @@
 # Builds what tools/tune/gdr_decode_call.sh needs into .gpu-gdrdec/ (git-ignored; carry it; GDR_DECODE_BUNDLE_DIR
 # picks another folder). The decode / conv1d / norm share of tools/tune/gdr_bundle.sh (whose .gpu-gdr the chunk-prefill
 # work uses), without the chunk-prefill AOT launchers:
-#   bin.tar.xz           the GPU test binaries gdr_decode, conv1d_prefill, conv1d_update, norm_rms (stripped)
+#   bin.tar.xz           the GPU test binaries gdr_decode, conv1d_prefill, conv1d_update, norm_rms (stripped;
+#                        GDR_DECODE_BUNDLE_TESTS picks others)
 #   libdk_gdr_decode.so  gdr.decode (library dispatch + the fixed configurations of tools/tune/gdr_decode_lib.cu)
 #   libdk_stream.so      conv1d.prefill / conv1d.update / norm.* with their forced configurations
 #                        (tools/tune/{conv1d,conv1d_update,norm}_tune_lib.cu) for tools/bench_anchors_gdr.py --streaming
@@ -19,7 +20,7 @@ if [ -z "${GDR_DECODE_BUNDLE_SKIP_TESTS:-}" ]; then
   json="$(mktemp)"
   trap 'rm -f "$json"' EXIT
   args=()
-  for t in gdr_decode conv1d_prefill conv1d_update norm_rms; do args+=(--test "$t"); done
+  for t in ${GDR_DECODE_BUNDLE_TESTS:-gdr_decode conv1d_prefill conv1d_update norm_rms}; do args+=(--test "$t"); done
   cargo test --release --features cuda "${args[@]}" --no-run --message-format=json-render-diagnostics >"$json"
   rm -rf "$bd/bin" && mkdir -p "$bd/bin"
   python3 - "$json" <<'PY' | while read -r exe; do cp "$exe" "$bd/bin/"; done
@@ -36,10 +37,15 @@ PY
   tar -cf - -C "$bd/bin" . | xz -9 -T1 >"$bd/bin.tar.xz"
   rm -rf "$bd/bin"
 fi
-"${nv[@]}" -o "$bd/libdk_gdr_decode.so" tools/tune/gdr_decode_lib.cu csrc/common/status.cu &
-dpid=$!
-"${nv[@]}" -o "$bd/libdk_stream.so" tools/tune/conv1d_tune_lib.cu tools/tune/conv1d_update_tune_lib.cu \
-  csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/common/status.cu
-wait "$dpid"
+dpid=
+if [ -z "${GDR_DECODE_BUNDLE_SKIP_LIB:-}" ]; then  # set: keep the libdk_gdr_decode.so already there
+  "${nv[@]}" -o "$bd/libdk_gdr_decode.so" tools/tune/gdr_decode_lib.cu csrc/common/status.cu &
+  dpid=$!
+fi
+if [ -z "${GDR_DECODE_BUNDLE_SKIP_STREAM:-}" ]; then  # set: no libdk_stream.so (a decode-only call)
+  "${nv[@]}" -o "$bd/libdk_stream.so" tools/tune/conv1d_tune_lib.cu tools/tune/conv1d_update_tune_lib.cu \
+    csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/common/status.cu
+fi
+[ -n "$dpid" ] && wait "$dpid"
 strip "$bd"/*.so || true
 du -sh "$bd"/*

@@ -12,7 +12,7 @@
 #           bash tools/tune/gdr_decode_call.sh tests sanitize decode streaming ncu
 # Steps:
 #   stash      copy .anchor-kit-libs/site-libs.tar.xz to /tmp/dk-kit (outlives the call while the machine is warm)
-#   tests      every test binary of the bundle; gdr_decode again under DELTAKIT_GDR_DECODE=$DECODE_PIPES,
+#   tests      every test binary of the bundle; gdr_decode again under DELTAKIT_GDR_DECODE=$DECODE_PIPES, $TEST_SPECS,
 #              conv1d_prefill under DELTAKIT_CONV1D_PREFILL=$CONV_PIPES and norm_rms under
 #              DELTAKIT_RMS_GATED_ROWS=$NORM_ROWS (forced paths; the int64 decode test only in the default run)
 #   sanitize   compute-sanitizer ($SAN_SPECS: ;-separated tool:binary:ENV=value[,ENV2=value2] or -:test filters)
@@ -108,11 +108,19 @@ if has tests; then
     run_log "test_decode_$pipe" "DELTAKIT_GDR_DECODE=$pipe" "$dbin" --test-threads 4 --nocapture \
       --skip decode_long_row_int64_offsets
   done
-  cbin=$(ls /tmp/gdbin/conv1d_prefill-* | head -n 1)
+  # TEST_SPECS: ;-separated tag:binary stem:ENV=value[,ENV2=value2] or -:test filters (extra runs, e.g. one test with
+  # DELTAKIT_GDR_DECODE_LOG=1 so that the log shows the route every call takes)
+  IFS=';' read -r -a tspecs <<<"${TEST_SPECS:-}"
+  for spec in "${tspecs[@]}"; do
+    IFS=: read -r ttag tstem tenvs tfilters <<<"$spec"
+    tbin=$(ls /tmp/gdbin/${tstem}-* | head -n 1)
+    run_log "test_$ttag" "$tenvs" "$tbin" $tfilters --test-threads 4 --nocapture
+  done
+  cbin=$(ls /tmp/gdbin/conv1d_prefill-* 2>/dev/null | head -n 1)
   for pipe in ${CONV_PIPES:-vec8x8 scalar}; do
     run_log "test_conv_$pipe" "DELTAKIT_CONV1D_PREFILL=$pipe" "$cbin" --test-threads 4 --nocapture
   done
-  nbin=$(ls /tmp/gdbin/norm_rms-* | head -n 1)
+  nbin=$(ls /tmp/gdbin/norm_rms-* 2>/dev/null | head -n 1)
   for rows in ${NORM_ROWS:-1 2}; do
     run_log "test_norm_rows$rows" "DELTAKIT_RMS_GATED_ROWS=$rows" "$nbin" --test-threads 4 --nocapture
   done
@@ -187,6 +195,7 @@ fi
 echo "==== gdr.decode / conv1d / norm device call summary ($(el); logs in $out)"
 printf '%s\n' "${summary[@]}"
 grep -hE "MAXERR|panicked|FAILED" "$out/tests.log" 2>/dev/null | sort | uniq -c | head -40
+grep -h "gdr.decode route" "$out/tests.log" 2>/dev/null | sort | uniq -c | head -20
 tail -n 3 /tmp/gd_unpack.log 2>/dev/null
 grep -E "rc=|Error|error" "$out/anchors.err" 2>/dev/null | head -12
 tail -n 12 "$out/ncu.log" 2>/dev/null

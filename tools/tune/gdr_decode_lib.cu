@@ -208,6 +208,194 @@ dk_status launch_kc(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+// decode_sl_kernel with SX bit 2 (programmatic dependent launch: slot + state copies before griddepcontrol.wait),
+// launched with the programmatic stream serialization attribute (so that, in a stream or a captured graph, it may
+// start while the previous kernel finishes). Measurement only (session 9).
+template <int BV, int NW, int MINB, int SX>
+dk_status launch_sl_pdl(const Args& a, bool l2, cudaStream_t stream) {
+  constexpr int K = 128, V = 128;
+  const int64_t blocks = a.n * a.h_v * (V / BV);
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  auto kern = l2 ? decode_sl_kernel<K, V, BV, NW, true, MINB, SX | 4> : decode_sl_kernel<K, V, BV, NW, false, MINB, SX | 4>;
+  static std::atomic<uint64_t> carveout_set[2];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+  if (max_carveout_once(kern, dev, carveout_set[l2]) != cudaSuccess) return dk::launch_status();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(NW * 32);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) return dk::launch_status();
+  return dk::launch_status();
+}
+
+// ---- K-contiguous state, tuned (session 9, harness only; evidence for issue 15's layout question) -----------------
+// state f32 [num_slots, H_v, V, K] as decode_kc_kernel, with what the [K, V] default tiles learnt since session 4:
+// 32-bit index math, token 0's inputs (a, b, A_log, dt_bias, q, k, v) issued before the slot load so that the slot
+// -> state chain is the only global latency before the first FMA, the FG gating / norm math, and a register cap
+// (MINB) chosen for the resident warps. A warp owns RW consecutive value rows (RW * 512 contiguous bytes), lane l
+// holds k = 4l..4l+3 of each (one float4 per row); a CTA = NW warps = NW * RW consecutive rows (FLA's fused_recurrent
+// program on its K-contiguous state: 1 warp x 8 rows = 4 KB). The 2 RW dot products (S k, S q per row) reduce by a
+// butterfly reduce-scatter; lane (idx << SH) ends with dot idx; delta of row r is broadcast for the rank-1 update.
+// SX bit 0: no slot load (row n uses slot n; measurement only, as decode_sl_kernel's SX; not in the sweep list).
+// One level of the butterfly reduce-scatter over lane offset OFF: the N values become HALF partial sums (lanes with
+// bit OFF set keep the upper half), then the next level. (decode_kc_kernel's loop form keeps vals[] in local memory
+// for RW >= 8: 64-128 bytes of stack frame in ptxas -v.)
+template <int HALF, int OFF, int N>
+__device__ __forceinline__ void reduce_scatter_step(float (&vals)[N], int lane) {
+  const bool up = (lane & OFF) != 0;
+#pragma unroll
+  for (int i = 0; i < HALF; ++i) {
+    const float send = up ? vals[i] : vals[i + HALF];
+    const float keep = up ? vals[i + HALF] : vals[i];
+    vals[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+  }
+  if constexpr (HALF > 1) reduce_scatter_step<HALF / 2, OFF / 2, N>(vals, lane);
+}
+
+// SL: the rows land in shared memory by cp.async (tile[row][thread], conflict-free) and both passes read them there,
+// so the registers do not bound the bytes in flight per SM (the shared memory does: 227 KB).
+template <int RW, int NW, int MINB, int SX = 0, bool SL = false>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_kcx_kernel(const Args p) {
+  constexpr int K = 128, V = 128;
+  constexpr int BV = RW * NW;
+  constexpr int NVB = V / BV;
+  constexpr int NV = 2 * RW;
+  static_assert(NV <= 32 && (NV & (NV - 1)) == 0 && V % BV == 0, "RW");
+  constexpr int SH = NV == 32 ? 0 : NV == 16 ? 1 : NV == 8 ? 2 : NV == 4 ? 3 : 4;  // log2(32 / NV)
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const uint32_t hv32 = static_cast<uint32_t>(p.h_v);
+  const uint32_t bid = blockIdx.x;
+  const int vb = static_cast<int>(bid % NVB);
+  const uint32_t rest = bid / NVB;
+  const uint32_t hv = rest % hv32;
+  const uint32_t n = rest / hv32;
+  const uint32_t kh = hv / (hv32 / static_cast<uint32_t>(p.h_k));
+  const int v0 = vb * BV + warp * RW;
+  const int64_t out_row = p.h_v * V;
+  const int idx = lane >> SH;  // the dot product this lane ends with
+  const int r = idx % RW;      // its value row (relative to v0)
+  const bool is_q = idx >= RW;
+  const bool writer = !is_q && (lane & ((1 << SH) - 1)) == 0;
+  // token 0's inputs first (PRE)
+  int64_t tok = static_cast<int64_t>(n) * p.t;
+  float av = gate_in(p, p.a, tok, hv), bv = gate_in(p, p.b, tok, hv);
+  const float a_log = p.a_log[hv];
+  const float dt_bias = p.dt_bias[hv];
+  float qf[4], kf[4];
+  load_qk_lane<K, 4>(p, tok, kh, lane, qf, kf);
+  float vv = __bfloat162float(p.v[tok * p.v_stride + hv * V + v0 + r]);
+  const int32_t slot = (SX & 1) ? static_cast<int32_t>(n) : p.slots[n];
+  if (!slot_live(p, slot)) {
+    if (writer) {
+      for (int64_t t = 0; t < p.t; ++t) p.out[(static_cast<int64_t>(n) * p.t + t) * out_row + hv * V + v0 + r] = __float2bfloat16_rn(0.f);
+    }
+    return;
+  }
+  float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (K * V) + v0 * K + lane * 4;
+  __shared__ __align__(16) float4 tile[SL ? RW : 1][NW * 32];
+  float4 s[SL ? 1 : RW];
+  if constexpr (SL) {
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      const uint32_t dst = smem_addr(&tile[i][threadIdx.x]);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(st + i * K) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  } else {
+#pragma unroll
+    for (int i = 0; i < RW; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(st + i * K));
+  }
+  const float neg_a = gate_neg_a<true>(a_log);
+  for (int64_t t = 0; t < p.t; ++t) {
+    if (t > 0) {
+      tok = static_cast<int64_t>(n) * p.t + t;
+      av = gate_in(p, p.a, tok, hv);
+      bv = gate_in(p, p.b, tok, hv);
+      load_qk_lane<K, 4>(p, tok, kh, lane, qf, kf);
+      vv = __bfloat162float(p.v[tok * p.v_stride + hv * V + v0 + r]);
+    }
+    float decay, beta;
+    token_gates<true>(neg_a, dt_bias, av, bv, decay, beta);
+    float iq, ik;
+    const float qk = qk_norms<4, true, true>(qf, kf, p.scale, iq, ik);
+    float kn[4], qn[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      qn[e] = qf[e] * iq;
+      kn[e] = kf[e] * ik;
+    }
+    if (SL && t == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's own copies
+    float vals[NV];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      const float4 si = SL ? tile[i][threadIdx.x] : s[SL ? 0 : i];
+      vals[i] = fmaf(si.w, kn[3], fmaf(si.z, kn[2], fmaf(si.y, kn[1], si.x * kn[0])));
+      vals[RW + i] = fmaf(si.w, qn[3], fmaf(si.z, qn[2], fmaf(si.y, qn[1], si.x * qn[0])));
+    }
+    reduce_scatter_step<NV / 2, 16, NV>(vals, lane);  // levels unrolled at compile time (no local-memory array)
+#pragma unroll
+    for (int off = (1 << SH) / 2; off >= 1; off >>= 1) vals[0] += __shfl_xor_sync(0xffffffffu, vals[0], off);
+    const float other = __shfl_xor_sync(0xffffffffu, vals[0], RW << SH);
+    const float sk = is_q ? other : vals[0];
+    const float sq = is_q ? vals[0] : other;
+    const float d = beta * (vv - decay * sk);
+    const float o = fmaf(decay, sq, qk * d);
+    if (writer) p.out[tok * out_row + hv * V + v0 + r] = __float2bfloat16_rn(o);
+    const bool last = t + 1 == p.t;
+    if constexpr (SL) asm volatile("" ::: "memory");  // re-read the tile: keeps the registers (and MINB) low
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      const float di = __shfl_sync(0xffffffffu, d, i << SH);
+      float4 si = SL ? tile[i][threadIdx.x] : s[SL ? 0 : i];
+      si.x = fmaf(decay, si.x, kn[0] * di);
+      si.y = fmaf(decay, si.y, kn[1] * di);
+      si.z = fmaf(decay, si.z, kn[2] * di);
+      si.w = fmaf(decay, si.w, kn[3] * di);
+      if constexpr (SL) {
+        if (last) {
+          __stcs(reinterpret_cast<float4*>(st + i * K), si);
+        } else {
+          tile[i][threadIdx.x] = si;
+        }
+      } else {
+        s[i] = si;
+      }
+    }
+  }
+  if constexpr (!SL) {
+#pragma unroll
+    for (int i = 0; i < RW; ++i) __stcs(reinterpret_cast<float4*>(st + i * K), s[i]);
+  }
+}
+
+// The l2 flag must be set (the harness's calls all use the in-kernel q/k L2 norm); K = V = 128. SL: carveout to the
+// maximum (as launch_sl).
+template <int RW, int NW, int MINB, int SX = 0, bool SL = false>
+dk_status launch_kcx(const Args& a, bool l2, cudaStream_t stream) {
+  if (!l2) return DK_ERR_INVALID_ARGUMENT;
+  const int64_t blocks = a.n * a.h_v * (128 / (RW * NW));
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  auto kern = decode_kcx_kernel<RW, NW, MINB, SX, SL>;
+  if constexpr (SL) {
+    static std::atomic<uint64_t> carveout_set{0};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
+    if (max_carveout_once(kern, dev, carveout_set) != cudaSuccess) return dk::launch_status();
+  }
+  kern<<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
+  return dk::launch_status();
+}
+
 // ---- timeline profile of the dispatched T = 1 tile (harness only) ------------------------------------
 // decode_kernel's PRE + FG path (BV = 64, 2 warps) with %globaltimer stamps per CTA into g_prof:
 // [0] start, [1] all state loads arrived (a value that depends on every loaded register is consumed),
@@ -369,6 +557,21 @@ const Cfg kCfgs[] = {
     {"kc_rw16_nw2", launch_kc<128, 128, 16, 2>},
     {"kc_rw16_nw4", launch_kc<128, 128, 16, 4>},
     {"kc_rw4_nw4", launch_kc<128, 128, 4, 4>},
+    // Session 9: the tuned K-contiguous kernel (decode_kcx_kernel; PRE + FG + 32-bit indices): kc_x_rw<RW>_nw<NW>_m<MINB>.
+    {"kc_x_rw8_nw1_m24", launch_kcx<8, 1, 24>},
+    {"kc_x_rw8_nw1_m32", launch_kcx<8, 1, 32>},
+    {"kc_x_rw16_nw1_m12", launch_kcx<16, 1, 12>},
+    {"kc_x_rw8_nw2_m12", launch_kcx<8, 2, 12>},
+    {"kc_x_rw8_nw4_m6", launch_kcx<8, 4, 6>},
+    {"kc_x_rw4_nw4_m8", launch_kcx<4, 4, 8>},
+    // ... landed in shared memory (kc_xs_*: the tile re-read from shared memory in the update pass, registers capped by
+    // MINB: 32 CTAs of 4 KB, 24 of 8 KB, 12 of 16 KB per SM).
+    {"kc_xs_rw8_nw1_m32", launch_kcx<8, 1, 32, 0, true>},
+    {"kc_xs_rw16_nw1_m24", launch_kcx<16, 1, 24, 0, true>},
+    {"kc_xs_rw16_nw2_m12", launch_kcx<16, 2, 12, 0, true>},
+    // Session 9: the default T = 1 tile under programmatic dependent launch (its gain shows in the CUDA-graph b2b rows;
+    // last in the list: a capture problem cannot cost the other rows).
+    {"sl_bv64_nw4_m5_pdl", launch_sl_pdl<64, 4, 5, 0>},
 };
 const int kNumCfgs = sizeof(kCfgs) / sizeof(kCfgs[0]);
 }  // namespace
