@@ -8,8 +8,9 @@
 //! dims of the tiny test models (K in {16, 32}, V in {16, 32}; every combination with K in
 //! {16, 32, 64, 128}, V in {16, 32, 64, 128}). Gates at the edge of f32 (`g = -inf` from
 //! `exp(A_log)` overflowing, softplus underflowing to 0), heads per rank 1..64, a ragged batch
-//! repeated 100 times under a timeout, and a sequence whose `[T, H_v, V]` tensors pass 2^31
-//! elements (int64 offsets).
+//! repeated 100 times under a timeout (5 under `DELTAKIT_SANITIZE=1`), the default split
+//! variant's pair and context-parallel routes (cases sized for its models), and a sequence whose
+//! `[T, H_v, V]` tensors pass 2^31 elements (int64 offsets).
 mod common;
 
 use std::sync::{Arc, OnceLock};
@@ -410,6 +411,27 @@ fn varlen_long_sequences_context_parallel() {
     run_cases(&ctx, 2100, &[c]);
 }
 
+/// Cases sized so that the default split variant's own models (csrc/gdr/chunk_prefill_fused_sm90.cu,
+/// `launch_cp`, on a 132-SM H200) route them through the pair state CTA (elsewhere only the
+/// ragged x100 batch takes it) and through context parallelism (no other case under the
+/// default): (1) 3 sequences x 32 value heads = 192 state CTAs of 64 columns (132 < 192 <= 264:
+/// two single waves vs one pair wave -> the pair), with a padding sequence and per-sequence
+/// initial states; (2) 2 sequences x 4
+/// value heads of 84 chunks on average (16 CTAs, 28 chunks per segment -> the three CP passes).
+/// Each has chunks enough to refill every stage of the state kernel's ring many times (the
+/// racecheck subject). `DELTAKIT_GDR_ROUTE_LOG=1` prints the state kernels each call launched.
+#[test]
+fn default_routes_pair_and_context_parallel() {
+    let Some(ctx) = gpu("default_routes_pair_and_context_parallel") else { return };
+    let mut pair = Case::new("pair route (3 x 32 heads)", (16, 32, 128, 128), &[300, 40, 257]);
+    pair.slots = vec![3, -1, 1];
+    pair.num_slots = 5;
+    pair.init = Init::PerSeq(vec![true, true, false]);
+    let mut cp = Case::new("context-parallel route (2 x 4 heads)", (2, 4, 128, 128), &[6000, 4700]);
+    cp.init = Init::PerSeq(vec![true, false]);
+    run_cases(&ctx, 2200, &[pair, cp]);
+}
+
 #[test]
 fn varlen_equals_each_sequence_alone() {
     let Some(ctx) = gpu("varlen_equals_each_sequence_alone") else { return };
@@ -607,8 +629,10 @@ fn heads_per_rank_sweep() {
 #[test]
 fn ragged_varlen_repeated_100_times_is_identical() {
     // A ragged batch with per-sequence initial states and padding, run 100 times from the same
-    // inputs on a worker thread under a timeout: no hang, bit-identical output and state each time.
+    // inputs on a worker thread under a timeout: no hang, bit-identical output and state each time
+    // (5 times under `DELTAKIT_SANITIZE=1`: the sanitizers' subject is the kernels, not the repeats).
     let Some(ctx) = gpu("ragged_varlen_repeated_100_times_is_identical") else { return };
+    let reps = if std::env::var("DELTAKIT_SANITIZE").is_ok_and(|v| v == "1") { 5 } else { 100 };
     let mut c = Case::new("ragged x100", (4, 12, 128, 128), &[1, 300, 0, 64, 65, 7, 129, 2]);
     c.slots = vec![3, 0, 5, -1, 8, 10, 1, 12];
     c.num_slots = 14;
@@ -621,7 +645,7 @@ fn ragged_varlen_repeated_100_times_is_identical() {
     std::thread::spawn(move || {
         let gpu = Gpu::new(&ctx);
         let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
-        for i in 0..100 {
+        for i in 0..reps {
             let mut st = gpu.up(&xw.state0);
             let o = gpu.run(&cw, &xw, &mut st);
             let s = gpu.stream.clone_dtoh(&st).unwrap();
@@ -641,10 +665,10 @@ fn ragged_varlen_repeated_100_times_is_identical() {
     });
     let r = rx
         .recv_timeout(std::time::Duration::from_secs(300))
-        .unwrap_or_else(|_| panic!("100 runs did not finish in 300 s (hang?) (seed {seed})"));
+        .unwrap_or_else(|_| panic!("{reps} runs did not finish in 300 s (hang?) (seed {seed})"));
     let (o, s) = r.unwrap_or_else(|e| panic!("{e} (seed {seed})"));
     check(&c, &x, &o, &s, &ro, &rs, seed);
-    println!("case ragged x100: 100 runs bit-identical");
+    println!("case ragged x100: {reps} runs bit-identical");
 }
 
 /// Tiles `block` (fresh random values) to `n` elements: the bulk of a huge tensor.

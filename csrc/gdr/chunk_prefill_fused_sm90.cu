@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <atomic>
 
@@ -1020,13 +1021,15 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // sites (V^T ldmatrix vs the loaders' V-tile cp.async) under it as under 209, so the report is not about bar.arrive.
   constexpr bool kSyncEmpty = (VAR & 32768) != 0;
   static_assert(!kSyncEmpty || (VAR & (512 | 4096 | 8192 | 32)) == 0, "sync-empty diagnostic: plain single CTA only");
-  // kMbarEmpty (VAR & 65536, opt-in, session 8): the stage release through one mbarrier per stage instead of the named
-  // "empty" barrier: every state thread arrives (release) after its last read of the stage, the loaders wait for the
-  // phase's parity (acquire) before refilling it. The same ordering as bar.arrive / bar.sync in the PTX memory model;
-  // written because compute-sanitizer racecheck orders mbarrier hand-offs but reports hazards on correct named-barrier
-  // ones (tools/tune/racecheck_probe.cu, session 4), so this is the form a clean racecheck run can be asked of.
+  // kMbarEmpty (VAR & 65536; session 8 on the plain single CTA, session 9 also on the pair CTA and the context-parallel
+  // passes): the stage release through one mbarrier per stage instead of the named "empty" barrier: every state thread
+  // (32 kSW) arrives (release) after its last read of the stage, the loaders wait for the phase's parity (acquire)
+  // before refilling it. The same ordering as bar.arrive / bar.sync in the PTX memory model; written because
+  // compute-sanitizer racecheck orders mbarrier hand-offs but reports hazards on correct named-barrier ones
+  // (tools/tune/racecheck_probe.cu, session 4; H200 session 8: 65745 racecheck 0 where 209 reported the stage refill).
+  // Not with the overlap (512: its loaders may stop early) nor two chunks in flight (32) nor the bar.sync diagnostic.
   constexpr bool kMbarEmpty = (VAR & 65536) != 0;
-  static_assert(!kMbarEmpty || (VAR & (512 | 4096 | 8192 | 32 | 32768)) == 0, "mbarrier release: plain single CTA only");
+  static_assert(!kMbarEmpty || (VAR & (512 | 32 | 32768)) == 0, "mbarrier release: plain, pair or context-parallel");
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
@@ -1604,6 +1607,21 @@ dk_status sm90a_image(int dev) { return dk::sm90a_image(dev) ? DK_OK : DK_ERR_NO
 template <int VAR>
 dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s);
 
+// DELTAKIT_GDR_ROUTE_LOG=1 (a test diagnostic, read once per process; session 9): one stderr line per wgmma state-kernel
+// launch of launch_split / launch_cp naming the route, the kernel's template variant and its grid, so that a test or
+// sanitizer run can show which state kernels a variant really took (a forced variant can fall back silently).
+bool route_log_on() {
+  static const bool on = [] {
+    const char* e = getenv("DELTAKIT_GDR_ROUTE_LOG");
+    return e != nullptr && e[0] == '1';
+  }();
+  return on;
+}
+void route_log(const char* route, int sv, dim3 g) {
+  if (route_log_on())
+    fprintf(stderr, "dk gdr route: %s split_wg_kernel<%d> grid (%u, %u, %u)\n", route, sv, g.x, g.y, g.z);
+}
+
 // Overlap of the local pass with the state kernel (variant bit 512, session 6; compiled, NOT yet run on a GPU).
 // Launch order on `s`: (1) cudaMemsetAsync of the flags (nt x H_v ready flags, then one abort flag per state CTA);
 // (2) the state kernel (grid (N, H_v, V / 64) = C CTAs, 1 per SM), whose CTAs execute griddepcontrol.launch_dependents
@@ -1699,7 +1717,9 @@ template <int VAR>
 dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   // BASE: 209, or 721 (the overlap); L4: the local pass at 4 CTAs / SM (bit 16384, on 209 only)
-  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, LV = VAR & (67 | 16384), SV = (VAR & 434) | 4096;
+  // MB: the mbarrier stage release (bit 65536, on 28881 only: 94417) in every state kernel this launch takes
+  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384),
+                SV = (VAR & 434) | 4096 | MB;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
   int dev = 0, sms = 0;
@@ -1729,9 +1749,9 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
       // 1.933 ms); not at C <= SMs (27B TP1 1 x 8192: 0.475 -> 0.683).
       const int64_t w1 = (C + sms - 1) / sms, w2 = (C + 2 * sms - 1) / (2 * sms);
       if (p.v_dim % (2 * kBV) == 0 && 3960.0 * double(w2) < 0.97 * 2300.0 * double(w1))
-        return launch_split<8192 | BASE | L4>(a, s);
+        return launch_split<8192 | BASE | L4 | MB>(a, s);
     }
-    return launch_split<BASE | L4>(a, s);
+    return launch_split<BASE | L4 | MB>(a, s);
   }
   if (w0 < 1) w0 = 1;
   if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1753,12 +1773,14 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   const unsigned hv = static_cast<unsigned>(p.h_v), vb = static_cast<unsigned>(p.v_dim / kBV);
   SplitArgs a1 = a;
   a1.cps = rec;
+  route_log("cp pass 1", SV, dim3(vb, hv, static_cast<unsigned>(3 * N)));
   split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(3 * N)), kThreads, kWgSmem, s>>>(a1);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   cp_scan_kernel<<<dim3(static_cast<unsigned>(N), hv, 4 * vb), 256, 0, s>>>(a, rec);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   SplitArgs a2 = a;
   a2.cps = rec + 3 * N;
+  route_log("cp pass 3", SV, dim3(vb, hv, static_cast<unsigned>(2 * N)));
   split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(2 * N)), kThreads, kWgSmem, s>>>(a2);
   return dk::launch_status();
 }
@@ -1794,6 +1816,7 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
     if (cudaFuncSetAttribute(split_wg_kernel<SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
         cudaSuccess)
       return dk::launch_status();
+    route_log(kPair ? "pair" : "single", SV, grid);
     split_wg_kernel<SV><<<grid, kPair ? 384 : kThreads, smem, s>>>(a);
     if constexpr ((SV & 2) != 0) split_wg_prof_print<<<1, 1, 0, s>>>();
   } else {
@@ -1823,6 +1846,7 @@ bool split_variant_known(int v) {
     case 16593: case 28881:                                          // the local pass at 4 CTAs / SM (16384)
     case 32977:                                                      // 209 with bar.sync releases (racecheck only)
     case 65745:                                                      // 209 with mbarrier releases (opt-in)
+    case 94417:                                                      // 28881 with mbarrier releases (session 9)
       return true;
     default:
       return false;
@@ -1867,10 +1891,11 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if (p->variant == 159953) return launch_cp<28881>(a, s);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
-  if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881)
+  if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417
     switch (p->variant) {
       case 16593: return launch_split<16593>(a, s);
       case 28881: return launch_cp<28881>(a, s);
+      case 94417: return launch_cp<94417>(a, s);  // 28881 with the mbarrier stage release in every state kernel
       default: return DK_ERR_INVALID_ARGUMENT;
     }
   }

@@ -79,9 +79,12 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * (= 209 + 32768, a racecheck diagnostic): the state warps release stages with bar.sync instead of bar.arrive; 65745
  * (= 209 + 65536, opt-in): they release them through one mbarrier per stage (arrive / parity wait);
  * 159953 (= 28881 + 131072, session 9, opt-in): 28881's routes with the local pass on wgmma (SS-wgmma K K^T / Q K^T,
- * 2 x 2 blocked (I + A)^-1; csrc/gdr/chunk_local_wgmma_sm90.cu, the same stage image to ~2^-16). Every
- * other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before the caller enqueues anything). The library
- * default is 28881 (session 8; 209 before). */
+ * 2 x 2 blocked (I + A)^-1; csrc/gdr/chunk_local_wgmma_sm90.cu, the same stage image to ~2^-16); 94417 (= 28881 +
+ * 65536, session 9): 28881's routes with the mbarrier stage release in every state kernel they take (single CTA, pair
+ * CTA, both context-parallel passes; same results; H200: compute-sanitizer racecheck 0 where 28881 reports the
+ * named-barrier stage refill, same speed). Every other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before
+ * the caller enqueues anything). Environment DELTAKIT_GDR_ROUTE_LOG=1 (diagnostic): one stderr line per state-kernel
+ * launch (route, template variant, grid). The library default is 28881 (session 8; 209 before). */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 
