@@ -84,7 +84,7 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * CTA, both context-parallel passes; same results; H200: compute-sanitizer racecheck 0 where 28881 reports the
  * named-barrier stage refill, same speed). Every other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before
  * the caller enqueues anything). Environment DELTAKIT_GDR_ROUTE_LOG=1 (diagnostic): one stderr line per state-kernel
- * launch (route, template variant, grid). The library default is 28881 (session 8; 209 before). */
+ * launch (route, template variant, grid). The library default is 94417 (session 9; 28881 in session 8, 209 before). */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

@@ -387,7 +387,9 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// warps release stages with `bar.sync` instead of `bar.arrive` (a racecheck diagnostic, slower,
 /// same results); 65745 = 209 whose state warps release stages through one mbarrier per stage
 /// (arrive / parity wait) instead of the named barrier (opt-in; the form compute-sanitizer
-/// racecheck orders); any other value fails the
+/// racecheck orders); 94417 = 28881 with that mbarrier release in every state kernel its routes
+/// take (single CTA, pair CTA, both context-parallel passes; the default since session 9); any
+/// other value fails the
 /// call with an error before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
@@ -403,8 +405,15 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 28881
-/// (session 8) = per call, context parallelism (4305: three segments per sequence) where its gain
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 94417
+/// (session 9) = 28881 whose state kernels release their stages through one mbarrier per stage
+/// (bit 65536: the form compute-sanitizer racecheck orders; same results). H200 2026-12-02
+/// (`docs/benchmarks/2026-12-02-gdr-s9.md`): 94417 0.448 / 0.331 / 1.853 / 2.616 ms vs 28881
+/// 0.451 / 0.332 / 1.851 / 2.626 at the four shapes below (means of two alternated runs in one
+/// call); GPU tests 20/20, memcheck
+/// 0 on the whole test binary; racecheck 0 on every test it completed (16 of 18 GPU tests and
+/// most of the two sweeps) where 28881 reports the named-barrier stage refill of the pair and
+/// context-parallel kernels. 28881 (session 8) = per call, context parallelism (4305: three segments per sequence) where its gain
 /// model says so (few sequence-heads, a unit segment of > ~26 chunks), else the pair state CTA
 /// (8401: two state warpgroups per CTA) where a wave model says its state waves cost less, else
 /// 209 (the local pass per (chunk, key head) with MUFU exp decays, the state kernel on wgmma with
@@ -414,7 +423,7 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 28881;
+const SPLIT_VARIANT: i32 = 94417;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
