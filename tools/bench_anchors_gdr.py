@@ -227,38 +227,42 @@ def load_chunk_module():
 
 
 # ------------------------------------------------------------------------------------------ decode
-def sx_check(dk, ci, sx, par, pool, pool_oop, pool_vk, out, slots_warm, ref_dk, B, T, hv):
-    """Correctness of a measurement-only sl configuration (csrc/gdr/decode.cu decode_sl_kernel SX): *_oop writes the
-    state to slot + num_slots of a doubled pool (compared with the dispatch on the same slots), *_noslot has row n use
-    slot n (compared with the dispatch on slots 0..B-1). Leaves pool / pool_oop holding the initial states."""
+def sx_check(dk, ci, sx, par, pool, pool_vk, out, slots_warm, ref_dk, B, T, hv, cpool, cpool_oop, kc=False):
+    """Correctness of a measurement-only configuration with SX bits (csrc/gdr/decode.cu decode_sl_kernel SX; kc_*:
+    tools/tune/gdr_decode_lib.cu decode_kcx_kernel on the K-contiguous pool): *_oop writes the state to slot + num_slots
+    of a doubled pool cpool_oop (compared with the dispatch on the same slots), *_noslot has row n use slot n (compared
+    with the dispatch on slots 0..B-1). cpool / cpool_oop are the configuration's pools ([K, V] pool / pool_oop, or the
+    K-contiguous ones for kc); pool is the dispatch's. Leaves the pools holding the initial states."""
     init = pool_vk.transpose(-1, -2)
-    P = pool.shape[0]
+    cinit = pool_vk if kc else init
+    P = cpool.shape[0]
     if "noslot" in sx:
         ident = torch.arange(B, device=DEV, dtype=torch.int32)
         pool.copy_(init)
         dk.call(dk.params_like(par(slots_warm), ident))
         torch.cuda.synchronize()
         ref = (out.clone().view(B, T, hv, V), pool[:B].transpose(-1, -2).clone())
+        pool.copy_(init)
     else:
         ref = ref_dk
-    pool.copy_(init)
-    if pool_oop is not None:
-        pool_oop[:P].copy_(init)
+    cpool.copy_(cinit)
+    if cpool_oop is not None:
+        cpool_oop[:P].copy_(cinit)
     out.fill_(float("nan"))
-    dk.call(par(slots_warm, sx=sx), ci)
+    dk.call(par(slots_warm, kc, sx), ci)
     torch.cuda.synchronize()
     o_c = out.clone().view(B, T, hv, V)
     if sx == "noslot":
-        s_c = pool[:B]
+        s_c = cpool[:B]
     elif sx == "oop":
-        s_c = pool_oop[P + slots_warm.long()]
+        s_c = cpool_oop[P + slots_warm.long()]
     else:  # noslot_oop: the window-0 view (slots 0..B-1) writes to slots B..2B-1
-        s_c = pool_oop[B:2 * B]
-    r = {"relerr_o_vs_dk": rel(o_c, ref[0]), "relerr_s_vs_dk": rel(s_c.transpose(-1, -2), ref[1]),
+        s_c = cpool_oop[B:2 * B]
+    r = {"relerr_o_vs_dk": rel(o_c, ref[0]), "relerr_s_vs_dk": rel(s_c if kc else s_c.transpose(-1, -2), ref[1]),
          "note": "measurement only: " + sx}
-    pool.copy_(init)
-    if pool_oop is not None:
-        pool_oop[:P].copy_(init)
+    cpool.copy_(cinit)
+    if cpool_oop is not None:
+        cpool_oop[:P].copy_(cinit)
     return r
 
 
@@ -386,20 +390,22 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
         ps = {}
         pool_kc = None  # K-contiguous pool for the kc_* sweep configurations (created on first use)
         pool_oop = None  # twice the pool for the *_oop configurations (state written to slot + num_slots)
+        pool_kc_oop = None  # the same for the K-contiguous kc_*_oop configurations
         win_of = {id(slots_warm): 0}
         win_of.update({id(w_): i for i, w_ in enumerate(wins)})
 
         def par(sl, kc=False, sx=""):
             key = (id(sl), kc, sx)
             if key not in ps:
+                base, base_oop = (pool_kc, pool_kc_oop) if kc else (pool, pool_oop)
                 if "noslot" in sx:  # row n reads slot n of a window-sized view: fresh rows for every cold window
                     # (out of place: views at 2 w B, written at (2 w + 1) B, so no window reads what another wrote)
                     w_ = win_of[id(sl)] * (2 if "oop" in sx else 1)
-                    st_ = (pool_oop if "oop" in sx else pool)[w_ * B:(w_ + 1) * B]
+                    st_ = (base_oop if "oop" in sx else base)[w_ * B:(w_ + 1) * B]
                     ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, st_, out, hk, hv, T)
                 elif "oop" in sx:
-                    ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool_oop, out, hk, hv, T)
-                    ps[key].num_slots = pool_oop.shape[0] // 2
+                    ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, base_oop, out, hk, hv, T)
+                    ps[key].num_slots = base_oop.shape[0] // 2
                 else:
                     ps[key] = dk.params(q, k, v, a, b, A_log, dt_bias, sl, pool_kc if kc else pool, out, hk, hv, T)
             return ps[key]
@@ -419,14 +425,18 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
                     sx = "_".join(x_ for x_ in ("noslot", "oop") if "_" + x_ in cn)
                     if sx:
                         try:
-                            if "oop" in sx and pool_oop is None:
+                            if "oop" in sx and not kc and pool_oop is None:
                                 pool_oop = torch.empty((2 * pool.shape[0],) + tuple(pool.shape[1:]), device=DEV)
-                            row["dk:" + cn] = sx_check(dk, ci, sx, par, pool, pool_oop, pool_vk, out, slots_warm,
-                                                       outs["dk"], B, T, hv)
+                            if "oop" in sx and kc and pool_kc_oop is None:
+                                pool_kc_oop = torch.empty((2 * pool_kc.shape[0],) + tuple(pool_kc.shape[1:]),
+                                                          device=DEV)
+                            cp_, cpo_ = (pool_kc, pool_kc_oop) if kc else (pool, pool_oop)
+                            row["dk:" + cn] = sx_check(dk, ci, sx, par, pool, pool_vk, out, slots_warm, outs["dk"],
+                                                       B, T, hv, cp_, cpo_, kc)
                         except Exception as e:  # noqa: BLE001
                             row["dk:" + cn] = {"error": err_text(e)}
                             continue
-                        timed("dk:" + cn, lambda sl, ci=ci, sx=sx: (lambda p=par(sl, sx=sx): dk.call(p, ci)))
+                        timed("dk:" + cn, lambda sl, ci=ci, sx=sx, kc=kc: (lambda p=par(sl, kc, sx): dk.call(p, ci)))
                         continue
                     # correctness of the configuration vs the dispatch (same inputs, same initial states: the timing
                     # calls before this one updated the pool in place, so restore it first)
@@ -458,7 +468,7 @@ def decode_row(libs, dk, name, hk, hv, B, T=1):
                             row["dk:" + cn]["timeline"] = {"error": err_text(e)}
         except Exception as e:  # noqa: BLE001
             row["dk"] = {"error": err_text(e)}
-        del pool, pool_kc, pool_oop
+        del pool, pool_kc, pool_oop, pool_kc_oop
     ref = outs.get("fi") or outs.get("fla")
     for key in ("dk", "fla"):
         if key in outs and ref is not None and outs[key] is not ref:

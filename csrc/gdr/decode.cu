@@ -806,6 +806,8 @@ __global__ void __launch_bounds__(NW * 32, 1) decode_tma_kernel(const Args p, in
 // kernel produces; the state and slots do not): in a graph the next call's state streams during this one's tail.
 // H200 session 9 (20 back-to-back calls in a CUDA graph): 3.35 / 2.44 us at 27B TP1 / TP2 B = 1 (default 3.69 / 3.21,
 // FLA 3.62 / 2.76) but 0.5-14% slower from B = 16 (the early CTAs hold their tiles in griddepcontrol.wait); unused.
+// Bit 3 (with bit 2): no griddepcontrol.launch_dependents (the trigger is implicit at CTA exit: the next grid only
+// skips the launch gap, no early CTAs; not yet measured).
 // The shared-memory tiles' landing (decode_sl_kernel, decode_slc_kernel): thread x copies its R 16-byte pieces of the
 // state tile (rows kt, kt + KT, ... of the V-contiguous head state at `st`, already offset to the tile's first column)
 // into tile[i][x] by cp.async, as one commit group.
@@ -838,7 +840,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_sl_kernel(const Args p) 
   if constexpr ((SX & 4) == 0) load_tok0<K, V, EK, false>(p, c, lane, in);
   const int32_t slot = (SX & 1) ? static_cast<int32_t>(c.n) : p.slots[c.n];
   if constexpr ((SX & 4) != 0) {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if constexpr ((SX & 8) == 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     if (slot_live(p, slot)) land_tile<KT, V>(tile, head_state<K, V>(p, slot, c.hv) + c.col0, kt);
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     load_tok0<K, V, EK, false>(p, c, lane, in);

@@ -208,6 +208,65 @@ dk_status launch_kc(const Args& a, bool l2, cudaStream_t stream) {
   return dk::launch_status();
 }
 
+// Launches kern<<<blocks, threads>>>(a) with the programmatic stream serialization attribute (PDL).
+template <typename Kern>
+dk_status launch_pdl_attr(Kern kern, int64_t blocks, int threads, const Args& a, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) return dk::launch_status();
+  return dk::launch_status();
+}
+
+// The register tile of decode_kernel (PRE + FG; K = V = 128) under programmatic dependent launch (session 9, not yet
+// run): slot and state loads first, griddepcontrol.wait, then token 0's inputs (the previous kernel's outputs).
+// EARLY: griddepcontrol.launch_dependents at entry (the next grid may start at once; the session-9 sl measurement:
+// fastest at B = 1 in a graph, slower from B = 16); else no explicit trigger (implicit at CTA exit).
+template <int BV, int NW, int MINB, bool L2, bool EARLY>
+__global__ void __launch_bounds__(NW * 32, MINB) decode_pdl_kernel(const Args p) {
+  constexpr int K = 128, V = 128;
+  using G = Geo<K, V, BV, NW>;
+  constexpr int KW = G::KW, KT = G::KT, R = G::R, LV = G::LV, EK = G::EK;
+  __shared__ Smem<K, BV, NW> sm;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = lane % LV;
+  const int kq = lane / LV;
+  const int kt = warp * KW + kq;
+  const Place c = place32<V, BV>(p, cg);
+  if constexpr (EARLY) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const int32_t slot = p.slots[c.n];
+  const bool live = slot_live(p, slot);
+  float4 s[R];
+  if (live) load_rows<0, V, KT>(head_state<K, V>(p, slot, c.hv) + c.col0, kt, s);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  TokIn<EK> in0;
+  load_tok0<K, V, EK, false>(p, c, lane, in0);
+  if (!live) {
+    if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
+    return;
+  }
+  float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
+  run_tokens<K, V, BV, NW, L2, true, true>(p, c.n, c.hv, c.col0, s, sm, &in0, c.kh);
+  store_rows<0, V, KT>(st, kt, s);
+}
+
+template <int BV, int NW, int MINB, bool EARLY>
+dk_status launch_reg_pdl(const Args& a, bool l2, cudaStream_t stream) {
+  const int64_t blocks = a.n * a.h_v * (128 / BV);
+  if (blocks == 0) return DK_OK;
+  if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  return l2 ? launch_pdl_attr(decode_pdl_kernel<BV, NW, MINB, true, EARLY>, blocks, NW * 32, a, stream)
+            : launch_pdl_attr(decode_pdl_kernel<BV, NW, MINB, false, EARLY>, blocks, NW * 32, a, stream);
+}
+
 // decode_sl_kernel with SX bit 2 (programmatic dependent launch: slot + state copies before griddepcontrol.wait),
 // launched with the programmatic stream serialization attribute (so that, in a stream or a captured graph, it may
 // start while the previous kernel finishes). Measurement only (session 9).
@@ -222,18 +281,7 @@ dk_status launch_sl_pdl(const Args& a, bool l2, cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return dk::launch_status();
   if (max_carveout_once(kern, dev, carveout_set[l2]) != cudaSuccess) return dk::launch_status();
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) return dk::launch_status();
-  return dk::launch_status();
+  return launch_pdl_attr(kern, blocks, NW * 32, a, stream);
 }
 
 // ---- K-contiguous state, tuned (session 9, harness only; evidence for issue 15's layout question) -----------------
@@ -244,7 +292,8 @@ dk_status launch_sl_pdl(const Args& a, bool l2, cudaStream_t stream) {
 // holds k = 4l..4l+3 of each (one float4 per row); a CTA = NW warps = NW * RW consecutive rows (FLA's fused_recurrent
 // program on its K-contiguous state: 1 warp x 8 rows = 4 KB). The 2 RW dot products (S k, S q per row) reduce by a
 // butterfly reduce-scatter; lane (idx << SH) ends with dot idx; delta of row r is broadcast for the rank-1 update.
-// SX bit 0: no slot load (row n uses slot n; measurement only, as decode_sl_kernel's SX; not in the sweep list).
+// SX (measurement only, as decode_sl_kernel's): bit 0 = no slot load (row n uses slot n), bit 1 = out of place (the
+// state goes to slot + num_slots of a pool twice as large): FLA's harness conditions on FLA's layout.
 // One level of the butterfly reduce-scatter over lane offset OFF: the N values become HALF partial sums (lanes with
 // bit OFF set keep the upper half), then the next level. (decode_kc_kernel's loop form keeps vals[] in local memory
 // for RW >= 8: 64-128 bytes of stack frame in ptxas -v.)
@@ -301,6 +350,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kcx_kernel(const Args p)
     return;
   }
   float* st = p.state + (static_cast<int64_t>(slot) * p.h_v + hv) * (K * V) + v0 * K + lane * 4;
+  float* st_out = (SX & 2) ? st + p.num_slots * p.h_v * static_cast<int64_t>(K * V) : st;
   __shared__ __align__(16) float4 tile[SL ? RW : 1][NW * 32];
   float4 s[SL ? 1 : RW];
   if constexpr (SL) {
@@ -362,7 +412,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kcx_kernel(const Args p)
       si.w = fmaf(decay, si.w, kn[3] * di);
       if constexpr (SL) {
         if (last) {
-          __stcs(reinterpret_cast<float4*>(st + i * K), si);
+          __stcs(reinterpret_cast<float4*>(st_out + i * K), si);
         } else {
           tile[i][threadIdx.x] = si;
         }
@@ -373,7 +423,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kcx_kernel(const Args p)
   }
   if constexpr (!SL) {
 #pragma unroll
-    for (int i = 0; i < RW; ++i) __stcs(reinterpret_cast<float4*>(st + i * K), s[i]);
+    for (int i = 0; i < RW; ++i) __stcs(reinterpret_cast<float4*>(st_out + i * K), s[i]);
   }
 }
 
@@ -569,9 +619,18 @@ const Cfg kCfgs[] = {
     {"kc_xs_rw8_nw1_m32", launch_kcx<8, 1, 32, 0, true>},
     {"kc_xs_rw16_nw1_m24", launch_kcx<16, 1, 24, 0, true>},
     {"kc_xs_rw16_nw2_m12", launch_kcx<16, 2, 12, 0, true>},
+    // Prepared in session 9 after the call (not yet run): the best K-contiguous tile under FLA's harness conditions (no
+    // slot load, state out of place; tools/bench_anchors_gdr.py checks them on a K-contiguous pool).
+    {"kc_xs_rw8_nw1_m32_noslot_oop", launch_kcx<8, 1, 32, 3, true>},
     // Session 9: the default T = 1 tile under programmatic dependent launch (its gain shows in the CUDA-graph b2b rows;
     // last in the list: a capture problem cannot cost the other rows).
     {"sl_bv64_nw4_m5_pdl", launch_sl_pdl<64, 4, 5, 0>},
+    // Prepared in session 9 after the call (not yet run): the sl tile under PDL without the early trigger (SX bit 3), and
+    // the B = 1 register tile (decode_kernel PRE + FG, 16 columns, 1 warp: the dispatch below 128 pairs) under PDL with
+    // and without the early trigger.
+    {"sl_bv64_nw4_m5_pdl_late", launch_sl_pdl<64, 4, 5, 8>},
+    {"bv16_nw1_pre_fg_pdl", launch_reg_pdl<16, 1, 1, true>},
+    {"bv16_nw1_pre_fg_pdl_late", launch_reg_pdl<16, 1, 1, false>},
 };
 const int kNumCfgs = sizeof(kCfgs) / sizeof(kCfgs[0]);
 }  // namespace
