@@ -24,6 +24,17 @@ S=()
 t0=$(date +%s)
 since() { echo "$(( $(date +%s) - $1 ))s"; }
 
+# Session 9: racecheck of the gdr chunk-prefill sweeps (state kernels only), in the background while the tests run
+# (RACE_BG="" turns it off; RACE_BG_TIMEOUT per process, default 220 s). Output to files only (no open stdout).
+if [[ $parts == *" sanitize "* ]]; then
+  for tname in ${RACE_BG-qwen_shapes_vs_recurrence heads_per_rank_sweep long_sequence_int64_offsets}; do
+    ( DELTAKIT_SANITIZE=1 timeout "${RACE_BG_TIMEOUT:-220}" "$B/run" \
+        --wrap "compute-sanitizer --tool racecheck --kernel-name kns=split_wg_kernel --error-exitcode 9" \
+        gdr_chunk_prefill -- "$tname" --test-threads 1 >"$out/race_bg_$tname.log" 2>&1
+      echo "rc $? (racecheck, state kernels, $tname)" >>"$out/race_bg_$tname.log" ) </dev/null >/dev/null 2>&1 &
+  done
+fi
+
 if [[ $parts == *" tests "* ]]; then
   t=$(date +%s)
   timeout "${TEST_TIMEOUT:-300}" "$B/run" >"$out/tests.log" 2>&1
@@ -55,17 +66,18 @@ if [[ $parts == *" sanitize "* ]]; then
   # Session 8: CP forced (its records, varlen / padding / per-sequence init) and the default on the long test.
   SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=6353" san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
   san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
-  # Session 8: the opt-in mbarrier stage release (65745): the whole test binary under it, then racecheck on the long
-  # test under it and under the default (the default's named-barrier release is what racecheck reports there).
-  one=$(mktemp)
-  DELTAKIT_GDR_SPLIT_VARIANT=65745 timeout "${TEST_TIMEOUT:-300}" "$B/run" gdr_chunk_prefill >"$one" 2>&1
-  rc=$?
-  { echo "=== tests gdr_chunk_prefill under DELTAKIT_GDR_SPLIT_VARIANT=65745"; cat "$one"; } >>"$out/sanitize.log"
-  S+=("test gdr_chunk_prefill (65745): rc $rc | $(tail -n 1 "$one")")
-  rm -f "$one"
-  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=65745" san racecheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
-  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=65745" san memcheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
+  # Session 9: the default (94417) releases the state kernels' stages through mbarriers; racecheck on the test that
+  # routes through the pair CTA and context parallelism, and on the long test. The three long sweeps run in the
+  # background from the start (RACE_BG, state kernels only), collected here.
   san racecheck gdr_chunk_prefill -- varlen_long_sequences_context_parallel
+  san racecheck gdr_chunk_prefill -- default_routes_pair_and_context_parallel
+  wait
+  for f in "$out"/race_bg_*.log; do
+    [ -f "$f" ] || continue
+    S+=("racecheck (bg) $(basename "$f" .log): $(tail -n 1 "$f") | $(grep -hE 'RACECHECK SUMMARY' "$f" | tail -n 1) | ok $(grep -cE '^test .* ok$' "$f") FAILED $(grep -cE '^test .* FAILED$' "$f")")
+    cat "$f" >>"$out/sanitize.log"
+    rm -f "$f"
+  done
   san memcheck gdr_decode
   san racecheck gdr_decode -- decode_padding
   # Session 8: T = 4 at >= 384 (row, head) pairs takes the chunked multi-token tile (slc) by default.
