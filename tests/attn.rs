@@ -377,6 +377,10 @@ fn check_prefill_case(
         // (36 / 37 passed every test and both sanitizers on an H200 in session 8; 38, the
         // timeline form, only the small cases and the sanitizers: through the list below.)
         kernels.extend((0..=37).map(PrefillKernel::Sm90Variant));
+        // Session 9: 41 (Q by the consumer warpgroups + stmatrix epilogue; 39 = 41 without the
+        // stmatrix) and 42 (Q by TMA, row boxes at any row) passed every test and both
+        // sanitizers on an H200 (opt-in, no faster than 30).
+        kernels.extend([41, 42].map(PrefillKernel::Sm90Variant));
     }
     // DELTAKIT_TEST_PREFILL_VARIANTS=7,10,11: the default kernel and these tile variants only
     // (the sanitizer runs of new variants).
@@ -722,8 +726,10 @@ fn check_decode_case(
         kernels.extend((0..=max_var).map(DecodeKernel::Sm90Variant));
         if var_env.trim().is_empty() {
             // 13 (dynamic split chunks in clusters): every decode test, memcheck and racecheck
-            // passed on an H200 (session 8); opt-in (slower than 0), tested by default.
-            kernels.push(DecodeKernel::Sm90Variant(13));
+            // passed on an H200 (session 8); opt-in (slower than 0), tested by default. 16 / 17
+            // (static prefix + chunks claimed from a global counter; 14 / 15 = all claimed)
+            // likewise in session 9.
+            kernels.extend([13, 16, 17].map(DecodeKernel::Sm90Variant));
         }
     }
     if t_new == 1 {
@@ -917,7 +923,7 @@ fn attention_rejects_bad_metadata() {
     b.cu[1] = 4;
     let d = b.upload(&s);
     let e = attn::prefill_with(
-        PrefillKernel::Sm90Variant(39),
+        PrefillKernel::Sm90Variant(44),
         &s,
         &q,
         &kc,
@@ -952,7 +958,7 @@ fn decode_rejects_bad_arguments() {
     let q1 = s.clone_htod(&vec![bf16::ONE; 2 * 4 * 128]).unwrap();
     // A tile variant the sm90 decode kernel does not have.
     let e = attn::decode_with(
-        DecodeKernel::Sm90Variant(14),
+        DecodeKernel::Sm90Variant(18),
         &s,
         &q1,
         &kc,

@@ -77,12 +77,40 @@ namespace attn_dec {
 // CTAs of a cluster end together whatever each SM's bandwidth (static ranges: the step ends with
 // the slowest split). Partials + merge as variant 0 (the log-sum-exp merge is order-independent;
 // which positions a split summed varies from run to run). No such C (or one split): variant 0.
-constexpr int kVariants = 14;
+// Variants 14 / 15 (session 9, GDYN): the tiles of 0 / 3 where ALL splits of a (row, kv head)
+// share its whole context range dynamically through a counter in global memory (no cluster: the
+// splits run on any SMs, so a split on a slow SM simply claims fewer chunks and the splits of a
+// (row, kv head) end together). The counters are module globals (zero at load) in one of
+// kGdynRegions regions (the launcher takes the next region per launch, so launches in flight on
+// different streams use different counters); every CTA counts itself done after its last claim
+// and the group's last CTA puts both words back to zero: each launch leaves its counters as it
+// found them (graph-safe, no workspace, nothing to reset; a launch that dies mid-way leaves the
+// context unusable anyway). More than kGdynGroups (row, kv head) pairs or one split: 0 / 3.
+// H200, session 9 call 1: correct, but 7-10% SLOWER than 0 / 3 at the same split counts (a global
+// atomic per 16-position chunk and warp, its result needed one tile later).
+// Variants 16 / 17 (session 9, HYB): 14 / 15 with a static prefix: the first P = 3/4 of the
+// group's chunks (rounded down to a multiple of the group's warps W = splits x WARPS) are dealt
+// out round-robin without atomics (warp g of the group takes chunks g, g + W, ...), only the
+// rest is claimed from the counter (P + the counter value): the atomics move to the last quarter,
+// which still absorbs +-25% of per-SM rate differences (session 8: min / max split loop 26.9 /
+// 33.1 us at TP2 4k / 16). H200, session 9 call 2: correct, sanitizer-clean, still 5-6% slower
+// than 0 / 3 (TP2 4k / 16: 16 s4 40.0 vs 0 s4 37.7 us; 17 s9 42.4 vs 3 s9 40.4). Not promoted;
+// why the static-prefix form loses too (round-robin chunks instead of a contiguous range per
+// split? the tail's atomics when every warp reaches it together?) is not measured.
+constexpr int kVariants = 18;
 template <int VAR>
-constexpr bool kDyn = VAR == 13;
-// Tile configuration of a variant (13 uses the tiles of 0).
+constexpr bool kDyn = VAR >= 13 && VAR <= 17;
 template <int VAR>
-constexpr int kTileOf = VAR == 13 ? 0 : VAR;
+constexpr bool kGdyn = VAR >= 14 && VAR <= 17;
+template <int VAR>
+constexpr bool kHyb = VAR == 16 || VAR == 17;
+constexpr int kGdynRegions = 64;
+constexpr int kGdynGroups = 4096;
+// GDYN counters: region r, group g (= row * HKV + kv head): words 2 g (claims), 2 g + 1 (done).
+__device__ unsigned int g_dec_gdyn[kGdynRegions * kGdynGroups * 2];
+// Tile configuration of a variant (13 / 14 use the tiles of 0, 15 those of 3).
+template <int VAR>
+constexpr int kTileOf = (VAR == 13 || VAR == 14 || VAR == 16) ? 0 : ((VAR == 15 || VAR == 17) ? 3 : VAR);
 template <int VAR>
 constexpr bool kCluster = VAR >= 8 && VAR < 12;
 template <int VAR>
@@ -164,6 +192,8 @@ static_assert(smem_bytes<64, 0>() <= 227 * 1024, "fits");
 static_assert(smem_bytes<256, 13>() <= 227 * 1024, "fits the opt-in shared memory");
 static_assert(smem_bytes<128, 13>() <= 227 * 1024, "fits");
 static_assert(Cfg<256, 13>::STAGES + 1 <= kDynRing && Cfg<128, 13>::STAGES + 1 <= kDynRing, "ring");
+static_assert(Cfg<256, 15>::STAGES + 1 <= kDynRing && Cfg<128, 15>::STAGES + 1 <= kDynRing, "ring");
+static_assert(smem_bytes<256, 15>() <= 75 * 1024, "15: three CTAs per SM as 3");
 
 struct Args {
   const __nv_bfloat16* q;
@@ -182,7 +212,8 @@ struct Args {
   int max_pages;
   int num_pages;
   int splits;
-  int dyn_c;  // DYN: splits per cluster (a divisor of splits, 2..8)
+  int dyn_c;  // DYN: splits per cluster (a divisor of splits, 2..8); GDYN: = splits
+  int dyn_region;  // GDYN: the counter region of this launch
   float scale_log2;  // scale * log2(e)
 };
 
@@ -337,6 +368,7 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   const int rows_m = G * T;
   const int seq_len = a.seq_lens[n];
   constexpr bool DYN = kDyn<VAR>;
+  [[maybe_unused]] constexpr bool GDYN = kGdyn<VAR>;
   int lo = 0;
   int hi = 0;
   if (seq_len > 0) {
@@ -377,8 +409,17 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   int* dyn_ring = reinterpret_cast<int*>(smem + pipe_bytes<HD, VAR>() + 16) + warp * kDynRing;
   [[maybe_unused]] uint32_t dyn_ctr = 0;  // the counter's shared::cluster address
   const uint32_t dyn_chunks = hi > lo ? uint32_t(hi - lo + 15) / 16u : 0u;
+  // GDYN: this (row, kv head)'s claim and done words in the launch's region.
+  [[maybe_unused]] unsigned int* gdyn_ctr =
+      g_dec_gdyn + 2 * (size_t(a.dyn_region) * kGdynGroups + size_t(n) * a.hkv + kvh);
+  // HYB: the static prefix (P chunks, a multiple of the group's W warps) and this warp's next
+  // static chunk (lane 0's count k: chunk k W + g).
+  [[maybe_unused]] const uint32_t hyb_w = uint32_t(a.splits) * uint32_t(WARPS);
+  [[maybe_unused]] const uint32_t hyb_p = (dyn_chunks * 3u / 4u) / hyb_w * hyb_w;
+  [[maybe_unused]] const uint32_t hyb_g = uint32_t(split) * uint32_t(WARPS) + uint32_t(warp);
+  [[maybe_unused]] uint32_t hyb_k = 0;
 #if __CUDA_ARCH__ >= 900
-  if constexpr (DYN) {
+  if constexpr (DYN && !GDYN) {
     uint32_t rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
     if (rank == 0 && tid == 0) {
@@ -394,7 +435,25 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     uint32_t c = 0;
 #if __CUDA_ARCH__ >= 900
     if (lane == 0) {
-      asm volatile("atom.shared::cluster.add.u32 %0, [%1], 1;\n" : "=r"(c) : "r"(dyn_ctr) : "memory");
+      if constexpr (kHyb<VAR>) {
+        if (hyb_k * hyb_w < hyb_p) {
+          c = hyb_k * hyb_w + hyb_g;
+          ++hyb_k;
+        } else {
+          asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;\n"
+                       : "=r"(c)
+                       : "l"(gdyn_ctr)
+                       : "memory");
+          c += hyb_p;
+        }
+      } else if constexpr (GDYN) {
+        asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;\n"
+                     : "=r"(c)
+                     : "l"(gdyn_ctr)
+                     : "memory");
+      } else {
+        asm volatile("atom.shared::cluster.add.u32 %0, [%1], 1;\n" : "=r"(c) : "r"(dyn_ctr) : "memory");
+      }
     }
 #endif
     return c;
@@ -670,9 +729,27 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
 #if __CUDA_ARCH__ >= 900
   // DYN: no more claims from this CTA; CTA 0's counter stays alive until every CTA arrived (the
   // wait at the end).
-  if constexpr (DYN) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  if constexpr (DYN && !GDYN) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  // GDYN: every claim of this warp performed before the CTA counts itself done (below).
+  if constexpr (GDYN) {
+    if (lane == 0) __threadfence();
+  }
 #endif
   __syncthreads();  // every warp done with the pipeline bytes: reuse them for the combine
+#if __CUDA_ARCH__ >= 900
+  if constexpr (GDYN) {
+    // The group's last CTA (all others done: no claim of this launch is left) puts the claim and
+    // done words back to zero for the next launch that takes this region.
+    if (tid == 0) {
+      const unsigned int old = atomicAdd(gdyn_ctr + 1, 1u);
+      if (old == unsigned(a.splits) - 1u) {
+        __threadfence();
+        atomicExch(gdyn_ctr, 0u);
+        atomicExch(gdyn_ctr + 1, 0u);
+      }
+    }
+  }
+#endif
   if constexpr (TL) tl_put(4, dec_gtimer());
 
   // Combine the warps' partial results: M = max_w m_w, L = sum_w l_w 2^(m_w - M).
@@ -820,7 +897,7 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
                        : "memory");
     }
   }
-  if constexpr (DYN) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  if constexpr (DYN && !GDYN) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 #endif  // DK_ATTN_DEC_BODY
 }
@@ -961,6 +1038,13 @@ int max_clusters(int dev, int c) {
   return v - 1;
 }
 
+// GDYN: the counter region of the next launch (one ticket for every head dim and variant, so
+// launches in flight together on different streams take different regions).
+inline int gdyn_region() {
+  static std::atomic<unsigned> ticket{0};
+  return int(ticket.fetch_add(1u, std::memory_order_relaxed) % unsigned(kGdynRegions));
+}
+
 template <int HD, int VAR>
 dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   if constexpr (kCluster<VAR>) {
@@ -973,7 +1057,16 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
     return DK_ERR_CUDA;
   }
   int dyn_c = 0;
-  if constexpr (kDyn<VAR>) {
+  int dyn_region = 0;
+  if constexpr (kGdyn<VAR>) {
+    // All splits of a (row, kv head) share its range; one split or more (row, kv head) pairs
+    // than a region holds: the static ranges of the same tiles.
+    if (p.num_splits < 2 || p.num_rows * p.n_kv_heads > kGdynGroups) {
+      return launch<HD, kTileOf<VAR>>(p, stream);
+    }
+    dyn_region = gdyn_region();
+    dyn_c = int(p.num_splits);
+  } else if constexpr (kDyn<VAR>) {
     // The largest divisor C of the split count in 2..8 whose clusters of C CTAs all fit on the
     // device at once (clusters stay inside a GPC: at one 200 KB CTA per SM, 32 clusters of 4
     // did not fit an H200 in session 5); none (or one split): the static ranges of the same tiles.
@@ -1017,6 +1110,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   a.num_pages = int(p.num_pages);
   a.splits = int(p.num_splits);
   a.dyn_c = dyn_c;
+  a.dyn_region = dyn_region;
   a.scale_log2 = p.scale * 1.4426950408889634f;
   // Programmatic dependent of the previous kernel on the stream (its launch and CTA setup
   // overlap that kernel's tail; the kernel waits in griddepcontrol.wait before reading) -- only
@@ -1026,7 +1120,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
   // with 2..8 splits, one cluster per (row, kv head).
   constexpr bool kPdl = smem_bytes<HD, VAR>() > 114 * 1024;
   const bool cluster = kCluster<VAR> && p.num_splits > 1;
-  const bool cluster_launch = cluster || kDyn<VAR>;  // DYN: clusters of dyn_c splits
+  const bool cluster_launch = cluster || (kDyn<VAR> && !kGdyn<VAR>);  // DYN: clusters of dyn_c
   {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(p.num_rows), unsigned(p.n_kv_heads), unsigned(p.num_splits));
@@ -1186,6 +1280,14 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<128, 11>(*p, s);
         case 13:
           return d::launch<128, 13>(*p, s);
+        case 14:
+          return d::launch<128, 14>(*p, s);
+        case 15:
+          return d::launch<128, 15>(*p, s);
+        case 16:
+          return d::launch<128, 16>(*p, s);
+        case 17:
+          return d::launch<128, 17>(*p, s);
         default:  // 12: the timeline variant is built at head dim 256 only
           return d::launch<128, 0>(*p, s);
       }
@@ -1217,6 +1319,14 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<256, 11>(*p, s);
         case 13:
           return d::launch<256, 13>(*p, s);
+        case 14:
+          return d::launch<256, 14>(*p, s);
+        case 15:
+          return d::launch<256, 15>(*p, s);
+        case 16:
+          return d::launch<256, 16>(*p, s);
+        case 17:
+          return d::launch<256, 17>(*p, s);
         default:
           return d::launch<256, 12>(*p, s);
       }

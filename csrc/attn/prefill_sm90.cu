@@ -125,8 +125,39 @@ constexpr int kBM = 128;
 //      after the previous block's epilogue and this block's metadata; 7 = 1; producer K pair,
 //      session 8: 8 = block started, 9 = Q half 0 free, 10 = Q half 0 issued, 11 = K tile 0
 //      issued).
-// Dispatched: 0-38.
-constexpr int kVariants = 39;
+//  39 (session 9): 31 (= 30 + EARLY) + QC -- each consumer warpgroup loads its own 64 Q rows
+//      (16 coalesced 16-byte cp.async per thread, one 512-byte row per warp instruction, row
+//      addresses stepped), waits for them (cp.async.wait_all, proxy fence, its named barrier) and
+//      starts; the producer's V pair issues V tile 0 at once. Why: in 30 one V-pair warp issues
+//      64 cp.async per lane for a warpgroup's half (1.6 us on the H200 timeline, session 8) and
+//      its traffic sits in front of the K pair's page-table load and K tile 0 TMA (K0 issued
+//      1.3-1.4 us after the barrier init); the consumers are idle until Q landed anyway.
+//      40 = 39 + TL (measurement: field 10 = consumer warpgroup 0's Q rows issued).
+//  41 (session 9) = 39 + STM: the staged epilogue writes the bf16 O rows into the Q half with
+//      stmatrix.x4 (16 per thread, one 16-byte row segment of an 8 x 8 matrix per lane, the
+//      accumulator fragment being stmatrix's layout) instead of 64 4-byte st.shared per thread.
+//  42 (session 9) = 31 + TQ: Q by TMA. Three descriptors of q as (HD, HQ, T): box 64 x G x NT
+//      tokens (NT = (128 - (G - 1)) / G: the most whole tokens that always fit after a partial
+//      first one), 64 x G x 1 (one token) and 64 x 1 x 1 (one row). The K pair's second warp
+//      (otherwise idle but for its arrivals) announces 64 KB on the Q barrier and its lanes issue
+//      the block's boxes (per 64-dim column block): one row box per row of the partial first
+//      token (heads h0..G-1), one NT-token box, one more token box when 128 - first leaves
+//      NT + 1 whole tokens, one row box per row of the partial last token -- at most 32 items.
+//      Rows past the sequence load the next tokens' (finite, never stored) or zeros past T.
+//      Thread 0 prefetches all five tensor maps at entry (30 prefetches K/V's after the barrier
+//      init: K tile 0 issued 1.5-1.7 us after it on the H200 timeline, session 9 call 1).
+//      Session 9 call 1: Q by cp.async takes 1.6-1.8 us to issue and ~1.1-1.4 to land whether
+//      one warp or eight issue it (39/40), so the copy engine, not the issuing warp, is the limit.
+//      43 = 42 + TL (field 10 = the Q boxes issued).
+//      H200, session 9: 39-43 correct in every test, memcheck / racecheck clean (so TMA's 128B
+//      swizzle follows the shared-memory address: row boxes at any 128-byte row work); 39 / 41
+//      = 30 within 1%, 42 1-2% slower. 43's timeline: the Q boxes are issued 1.2-1.4 us after
+//      the barrier init (K tile 0 1.4-1.5 us, with every tensor map prefetched at entry) and land
+//      ~1.3 us later: Q wait 3.9 us as 30's. Between the barrier and the first UTMALDG of the
+//      issuing warp the SASS has ~150 instructions and no global load: what takes ~1.2 us there
+//      (the setmaxnreg dealloc? the first UTMALDG's descriptor despite the prefetch?) is open.
+// Dispatched: 0-43.
+constexpr int kVariants = 44;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -178,10 +209,16 @@ struct Cfg<256, VAR> {
   // first 64/G tokens), the other rows and warpgroups with rows past the sequence by the
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
-  static constexpr bool QV =
-      VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 || (VAR >= 30 && VAR <= 35);
-  static constexpr bool TL =
-      VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 || VAR == 38;
+  static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
+                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 43);
+  // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
+  static constexpr bool QC = VAR >= 39 && VAR <= 41;
+  // 41: the staged epilogue's shared-memory writes by stmatrix.
+  static constexpr bool STM = VAR == 41;
+  // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
+  static constexpr bool TQ = VAR == 42 || VAR == 43;
+  static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
+                            VAR == 38 || VAR == 40 || VAR == 43;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -213,6 +250,9 @@ struct Cfg<128, VAR> {
   static constexpr bool PERSIST = false;
   static constexpr bool CAP8 = false;
   static constexpr bool QV = false;
+  static constexpr bool QC = false;
+  static constexpr bool STM = false;
+  static constexpr bool TQ = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -239,6 +279,9 @@ struct Cfg<64, VAR> {
   static constexpr bool PERSIST = false;
   static constexpr bool CAP8 = false;
   static constexpr bool QV = false;
+  static constexpr bool QC = false;
+  static constexpr bool STM = false;
+  static constexpr bool TQ = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -281,6 +324,12 @@ struct Args {
   // OST variants (34, 35): descriptor of `out` as bf16 (HD, G, HKV, T) (dims innermost first),
   // box 64 x G x 1 x 64/G, 128B swizzle. Unused otherwise.
   CUtensorMap tmap_o;
+  // TQ variants (42, 43): descriptors of q as bf16 (HD, HQ, T) (dims innermost first), boxes
+  // 64 x G x q_nt, 64 x G x 1 and 64 x 1 x 1, 128B swizzle. Unused otherwise.
+  CUtensorMap tmap_qa;
+  CUtensorMap tmap_qb;
+  CUtensorMap tmap_qr;
+  uint32_t q_nt;
 };
 
 #ifdef DK_ATTN_SM90A
@@ -491,8 +540,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   static_assert(!SPLIT || HD == 256, "the split producer maps one 512-byte row per warp pass");
   static_assert(128 * Cfg<HD, VAR>::PROD_REGS + 256 * Cfg<HD, VAR>::CONS_REGS <= 65536);
   constexpr bool QV = Cfg<HD, VAR>::QV;
+  constexpr bool QC = Cfg<HD, VAR>::QC;
   constexpr bool TL = Cfg<HD, VAR>::TL;
   static_assert(!QV || SPLIT, "QV: Q is loaded by the split producer's V pair");
+  static_assert(!QC || (QV && !Cfg<HD, VAR>::Q4), "QC: QV's layout, one Q path");
   constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
   unsigned long long t_entry = 0;
   if constexpr (TL) t_entry = gtimer();
@@ -505,6 +556,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   const DkAttnPrefillSm90Params& p = a.p;
   const int G = a.group;
   const int tid = threadIdx.x;
+  constexpr bool TQ = Cfg<HD, VAR>::TQ;
+  if constexpr (TQ) {
+    // Every tensor map this block uses, fetched while the block's metadata loads.
+    if (tid == 0) {
+      asm volatile(
+          "prefetch.tensormap [%0];\nprefetch.tensormap [%1];\nprefetch.tensormap [%2];\n"
+          "prefetch.tensormap [%3];\nprefetch.tensormap [%4];\n" ::"l"(
+              reinterpret_cast<uint64_t>(&a.tmap_k)),
+          "l"(reinterpret_cast<uint64_t>(&a.tmap_v)), "l"(reinterpret_cast<uint64_t>(&a.tmap_qa)),
+          "l"(reinterpret_cast<uint64_t>(&a.tmap_qb)), "l"(reinterpret_cast<uint64_t>(&a.tmap_qr))
+          : "memory");
+    }
+  }
   int64_t seq, mb, kvh;
   if constexpr (Cfg<HD, VAR>::LPT) {
     // Launch order (x fastest) -> row block (heaviest first), sequence, kv head (fastest).
@@ -586,7 +650,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   auto empty_v = [&](int s) { return bars + 8u * uint32_t(1 + 3 * ST + s); };
   if (tid == 0) {
     // QV: one warp per Q barrier (Q4: two, 32 rows each).
-    mbar_init(barQ, QV ? (Cfg<HD, VAR>::Q4 ? 64 : 32) : 128);
+    mbar_init(barQ, TQ ? 1 : (QV ? (Cfg<HD, VAR>::Q4 ? 64 : 32) : 128));
     if (QV) mbar_init(barQ1, Cfg<HD, VAR>::Q4 ? 64 : 32);
     for (int s = 0; s < ST; ++s) {
       // SPLIT: the two warps of a K (V) pair arrive on the K (V) barriers.
@@ -756,7 +820,55 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         }
         cp_async_arrive(wig == 0 ? barQ : barQ1);
       };
-      if constexpr (QV) {
+      if constexpr (TQ) {
+        if (kv == 0 && wig == 1) {
+          // TQ: the block's 128 rows by TMA (see Cfg); lane i issues item i's HD / 64 boxes.
+          const int64_t t0 = m0 / G;
+          const int h0 = int(m0 - t0 * G);
+          const int first = h0 == 0 ? 0 : G - h0;
+          const int nt = int(a.q_nt);
+          const int nf = (kBM - first) / G;  // whole tokens after the first: nt or nt + 1
+          const int nb = nf > nt ? 1 : 0;
+          const int tail = kBM - first - nf * G;
+          const int tok1 = int(bos + t0) + (h0 > 0 ? 1 : 0);  // first whole token
+          if (lane == 0) mbar_arrive_expect_tx(barQ, uint32_t(kBM) * HD * 2);
+          __syncwarp();
+          const int l = lane;
+          if (l < first + 1 + nb + tail) {
+            const CUtensorMap* map;
+            int head, tok, row;
+            if (l < first) {
+              map = &a.tmap_qr;
+              head = int(kvh) * G + h0 + l;
+              tok = tok1 - 1;
+              row = l;
+            } else if (l == first) {
+              map = &a.tmap_qa;
+              head = int(kvh) * G;
+              tok = tok1;
+              row = first;
+            } else if (l < first + 1 + nb) {
+              map = &a.tmap_qb;
+              head = int(kvh) * G;
+              tok = tok1 + nt;
+              row = first + nt * G;
+            } else {
+              const int j = l - first - 1 - nb;
+              map = &a.tmap_qr;
+              head = int(kvh) * G + j;
+              tok = tok1 + nf;
+              row = first + nf * G + j;
+            }
+#pragma unroll
+            for (int cblk = 0; cblk < HD / 64; ++cblk) {
+              tma_load_3d(sQ + uint32_t(cblk * kBM * 128 + row * 128), map, cblk * 64, head, tok,
+                          barQ);
+            }
+          }
+          if (TL && lane == 0) tl_put(10, gtimer());
+        }
+      }
+      if constexpr (QV && !QC && !TQ) {
         if (kv == 1) {
           load_q(wig * 64);
           if (TL && wig == 0 && lane == 0) tl_put(10, gtimer());
@@ -1062,7 +1174,45 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 
   // (QV: warpgroup 1 opens warpgroup 0's first turn before waiting for its own Q rows.)
   if (QV && w == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
-  mbar_wait((QV && w == 1) ? barQ1 : barQ, 0);
+  if constexpr (QC) {
+    // QC: this warpgroup's 64 rows, warp `warp` rows warp + 4 i (one 512-byte row per
+    // instruction, lane = 16-byte chunk), addresses stepped as in the STEP epilogue; rows past
+    // the sequence zero-filled. Then every thread's copies landed (wait_all), made visible to
+    // the async proxy (wgmma reads Q through it), and the warpgroup syncs on its named barrier.
+    const int t = ct % 128;
+    const int cq = t % 32;
+    const int64_t vq = m0 + w * 64 + t / 32;
+    int64_t tq = vq / G;
+    int hq = int(vq - tq * G);
+    const int q4 = 4 / G;
+    const int r4 = 4 - q4 * G;
+    const uint32_t cbq = sQ + uint32_t(cq / 8) * uint32_t(kBM * 128);
+    const uint32_t cwq = uint32_t(cq % 8);
+#pragma unroll 4
+    for (int rr = t / 32; rr < 64; rr += 4) {
+      const int r = w * 64 + rr;
+      const bool ok = m0 + r < rows_total;
+      const __nv_bfloat16* src = q + ((bos + tq) * HQ + kvh * G + hq) * HD + cq * 8;
+      cp_async_16(cbq + uint32_t(r) * 128u + ((cwq ^ uint32_t(r & 7)) << 4),
+                  ok ? static_cast<const void*>(src) : q, ok ? 16u : 0u);
+      tq += q4;
+      hq += r4;
+      if (hq >= G) {
+        hq -= G;
+        ++tq;
+      }
+    }
+    if (TL && ct == 0) tl_put(10, gtimer());
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    fence_proxy_async();
+    if (w == 0) {
+      asm volatile("bar.sync 3, 128;\n" ::: "memory");
+    } else {
+      asm volatile("bar.sync 4, 128;\n" ::: "memory");
+    }
+  } else {
+    mbar_wait((QV && !TQ && w == 1) ? barQ1 : barQ, 0);
+  }
   if (TL && ct == 0) tl_put(2, gtimer());
   // Ping-pong: warpgroup w waits on barrier 1 + w before issuing, then lets the other one go.
   // Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
@@ -1177,8 +1327,29 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     // = sQ + w * 64 * 128, read back from the Q descriptor's address field (live anyway): keeping
     // sQ itself live through the loop cost a register and spills.
     const uint32_t wq = uint32_t(dq & 0x3FFFu) << 4;
+    if constexpr (Cfg<HD, VAR>::STM) {
+      // Column groups i, i + 1 (8 columns each) of the warp's 16 rows = four 8 x 8 matrices:
+      // (rows 0-7, i), (rows 8-15, i), (rows 0-7, i + 1), (rows 8-15, i + 1); lane l gives the
+      // address of row l % 8 of matrix l / 8 (one 16-byte chunk of the swizzled row).
+      const int smi = lane / 8;
+      const int srow = warp * 16 + (smi & 1) * 8 + lane % 8;
+      const uint32_t srow_a = wq + uint32_t(srow) * 128u;
+      const uint32_t sx = uint32_t(srow & 7);
 #pragma unroll
-    for (int i = 0; i < NO / 4; ++i) {
+      for (int i = 0; i < NO / 4; i += 2) {
+        const int grp = i + (smi >> 1);
+        const uint32_t addr = srow_a + uint32_t(grp / 8) * uint32_t(kBM * 128) +
+                              ((uint32_t(grp % 8) ^ sx) << 4);
+        asm volatile(
+            "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+            "r"(pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0)),
+            "r"(pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1)),
+            "r"(pack_bf16(o[4 * i + 4] * inv0, o[4 * i + 5] * inv0)),
+            "r"(pack_bf16(o[4 * i + 6] * inv1, o[4 * i + 7] * inv1)));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < (Cfg<HD, VAR>::STM ? 0 : NO / 4); ++i) {
       const int col = 8 * i + cq;
       const uint32_t blk = wq + uint32_t(col / 64) * uint32_t(kBM * 128);
       const uint32_t ch = uint32_t((col % 64) / 8);
@@ -2068,6 +2239,24 @@ inline bool encode_out_map(CUtensorMap* m, uint64_t out, int64_t hd, int64_t g, 
            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// TMA descriptor of `q` for the TQ variants: bf16 [T][HQ][HD] viewed innermost-first as
+// (hd, hq, t), box 64 dims x `heads` x `toks`, 128B swizzle (the Q tile layout).
+inline bool encode_q_map(CUtensorMap* m, uint64_t q, int64_t hd, int64_t hq, int64_t t,
+                         int64_t heads, int64_t toks) {
+  const EncodeTiledFn f = encode_tiled();
+  if (f == nullptr || heads <= 0 || heads > hq || heads > 256 || toks <= 0 || toks > 256 ||
+      t <= 0 || t > 0x7fffffffLL || hq > 0x7fffffffLL) {
+    return false;
+  }
+  const cuuint64_t dims[3] = {cuuint64_t(hd), cuuint64_t(hq), cuuint64_t(t)};
+  const cuuint64_t strides[2] = {cuuint64_t(hd * 2), cuuint64_t(hq * hd * 2)};
+  const cuuint32_t box[3] = {64, cuuint32_t(heads), cuuint32_t(toks)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, reinterpret_cast<void*>(q), dims, strides, box,
+           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // Multiprocessor count of `dev`, cached (0 if unknown).
 inline int sm_count(int dev) {
   static std::atomic<int> cache[64];
@@ -2105,6 +2294,16 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
       // 9 -> 7, split TMA variants -> 12 / 13 (the split cp.async producer, same schedule).
       constexpr int FB = VAR == 9 ? 7 : (Cfg<HD, VAR>::PP ? 12 : 13);
       return launch<HD, PP, FB>(p, stream);
+    }
+  }
+  if constexpr (Cfg<HD, VAR>::TQ) {
+    // Without the encoder: the same tiles with Q by cp.async (31).
+    const int64_t g = a.group;
+    a.q_nt = uint32_t((kBM - (g - 1)) / g);
+    if (!encode_q_map(&a.tmap_qa, p.q, HD, p.n_q_heads, p.num_tokens, g, a.q_nt) ||
+        !encode_q_map(&a.tmap_qb, p.q, HD, p.n_q_heads, p.num_tokens, g, 1) ||
+        !encode_q_map(&a.tmap_qr, p.q, HD, p.n_q_heads, p.num_tokens, 1, 1)) {
+      return launch<HD, PP, 31>(p, stream);
     }
   }
   if constexpr (Cfg<HD, VAR>::OST) {
@@ -2255,6 +2454,16 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 37>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 38:
           return p->scale > 0.f ? a::launch<256, true, 38>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 39:
+          return p->scale > 0.f ? a::launch<256, true, 39>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 40:
+          return p->scale > 0.f ? a::launch<256, true, 40>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 41:
+          return p->scale > 0.f ? a::launch<256, true, 41>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 42:
+          return p->scale > 0.f ? a::launch<256, true, 42>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 43:
+          return p->scale > 0.f ? a::launch<256, true, 43>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

@@ -495,7 +495,17 @@ pub enum PrefillKernel {
     /// with at most 8 CTAs (a test variant: many blocks per CTA), 38 = 36 recording the timeline
     /// (fields 0-7; field 1 = the block's start in its CTA, after the previous block's epilogue;
     /// 8-11 the producer's block start, Q half free, Q issued, K tile 0 issued).
-    /// Same results up to rounding. Values above 38 are rejected ([`crate::Error::Shape`] naming
+    /// 39 (session 9) = 31 (30 + EARLY) with Q loaded by the consumer warpgroups themselves
+    /// (each its own 64 rows, 16 cp.async per thread, waited for with cp.async.wait_all + a
+    /// proxy fence + its named barrier; the producer's V pair starts V tile 0 at once), 40 = 39
+    /// recording the timeline (field 10 = consumer warpgroup 0 issued its Q rows), 41 = 39 with
+    /// the staged epilogue's shared-memory writes done by `stmatrix` (16 per thread instead of 64
+    /// 4-byte stores). 42 = 31 with Q loaded by TMA (three descriptors of q: boxes of whole
+    /// tokens and single rows for the partial first / last token of a row block; the tensor maps
+    /// prefetched at entry), 43 = 42 recording the timeline (field 10 = the Q boxes issued).
+    /// 39-43 opt-in: on an H200 (session 9) correct and sanitizer-clean, 39 / 41 within 1% of
+    /// 30, 42 1-2% slower (Q still waited for ~3.9 us per row block, as in 30).
+    /// Same results up to rounding. Values above 43 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -521,7 +531,7 @@ const SM90_DEFAULT_VARIANT: i32 = 30;
 /// Words per row block in [`prefill_sm90_timeline`].
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
-/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38
+/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -551,7 +561,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 38;
+const SM90_MAX_VARIANT: u8 = 43;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -575,7 +585,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=38", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=43", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
@@ -757,15 +767,23 @@ pub enum DecodeKernel {
     /// up anew by every launch: no state kept between launches, graph-safe, same workspace);
     /// partial results and merge as 0 (which positions a split summed varies from run to run);
     /// no such C (or one split): 0. H200, session 8: correct and sanitizer-clean, but 1-3% slower
-    /// than 0 at a full wave and ~10% with few CTAs (opt-in). Same results up to rounding. Values
-    /// above 13 are rejected ([`crate::Error::Shape`] naming `kernel`).
+    /// than 0 at a full wave and ~10% with few CTAs (opt-in). 14 / 15 (session 9, global dynamic
+    /// split): the tiles of 0 / 3 where all splits of a (row, kv head) share its whole context
+    /// dynamically, each warp claiming the next 16-position chunk from a counter in global memory
+    /// (module-owned, zero at load, put back to zero by the last split CTA of every launch: no
+    /// workspace change, graph-safe; one split or more than 4096 (row, kv head) pairs: 0 / 3);
+    /// H200 (session 9): 7-10% slower than 0 / 3 (opt-in). 16 / 17: 14 / 15 with a static
+    /// prefix (the first 3/4 of the chunks dealt round-robin to the group's warps without
+    /// atomics, only the rest claimed): 5-6% slower than 0 / 3 (opt-in). Same results up to
+    /// rounding. Values above 17 are rejected
+    /// ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).
     Triton,
 }
 
 /// The largest tile variant `dk_attn_decode_sm90` accepts.
-const DECODE_SM90_MAX_VARIANT: u8 = 13;
+const DECODE_SM90_MAX_VARIANT: u8 = 17;
 
 /// Words per split CTA (and per merge block) in [`decode_sm90_timeline`].
 pub const DECODE_TIMELINE_FIELDS: usize = 6;
@@ -1022,7 +1040,7 @@ fn decode_impl(
     }
     if let DecodeKernel::Sm90Variant(v) = kernel {
         if v > DECODE_SM90_MAX_VARIANT {
-            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=13", v));
+            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=17", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
