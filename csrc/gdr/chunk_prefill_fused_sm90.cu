@@ -1835,7 +1835,7 @@ namespace {
 // other one before the caller enqueues anything (session 8: 8192 / 12496 / 4112 / 9937 passed the old bit rules and
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
 bool split_variant_known(int v) {
-  if (v == 159953) return true;  // 28881 with the local pass on wgmma (bit 131072; session 9, opt-in)
+  if (v == 159953 || v == 225489) return true;  // 28881 / 94417 with the local pass on wgmma (bit 131072; session 9)
   switch (v) {
     case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
     case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
@@ -1889,6 +1889,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // 159953 = 28881 + 131072 (session 9, opt-in): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
   if (p->variant == 159953) return launch_cp<28881>(a, s);
+  if (p->variant == 225489) return launch_cp<94417>(a, s);  // = 94417 + 131072 (opt-in; not yet run on a GPU as such)
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417

@@ -79,7 +79,9 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * (= 209 + 32768, a racecheck diagnostic): the state warps release stages with bar.sync instead of bar.arrive; 65745
  * (= 209 + 65536, opt-in): they release them through one mbarrier per stage (arrive / parity wait);
  * 159953 (= 28881 + 131072, session 9, opt-in): 28881's routes with the local pass on wgmma (SS-wgmma K K^T / Q K^T,
- * 2 x 2 blocked (I + A)^-1; csrc/gdr/chunk_local_wgmma_sm90.cu, the same stage image to ~2^-16); 94417 (= 28881 +
+ * 2 x 2 blocked (I + A)^-1; csrc/gdr/chunk_local_wgmma_sm90.cu, the same stage image to ~2^-16; H200: tests and
+ * memcheck pass, local pass 194 -> 167 us at 27B TP1, the four benchmark shapes 3-7% faster than 28881), 225489
+ * (= 94417 + 131072): the same local pass on 94417's routes (not yet run on a GPU as such); 94417 (= 28881 +
  * 65536, session 9): 28881's routes with the mbarrier stage release in every state kernel they take (single CTA, pair
  * CTA, both context-parallel passes; same results; H200: compute-sanitizer racecheck 0 where 28881 reports the
  * named-barrier stage refill, same speed). Every other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before
