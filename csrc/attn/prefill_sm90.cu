@@ -148,7 +148,9 @@ constexpr int kBM = 128;
 //      init: K tile 0 issued 1.5-1.7 us after it on the H200 timeline, session 9 call 1).
 //      Session 9 call 1: Q by cp.async takes 1.6-1.8 us to issue and ~1.1-1.4 to land whether
 //      one warp or eight issue it (39/40), so the copy engine, not the issuing warp, is the limit.
-//      43 = 42 + TL (field 10 = the Q boxes issued).
+//      43 = 42 + TL (field 10 = the Q boxes issued; fields 7 / 8 = the Q-issuing warp past
+//      its setmaxnreg / right before its first box: not the producer end / bounds of the other
+//      TL variants).
 //      H200, session 9: 39-43 correct in every test, memcheck / racecheck clean (so TMA's 128B
 //      swizzle follows the shared-memory address: row boxes at any 128-byte row work); 39 / 41
 //      = 30 within 1%, 42 1-2% slower. 43's timeline: the Q boxes are issued 1.2-1.4 us after
@@ -631,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (TL && tid == 0) {
     tl_put(0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
     tl_put(1, t_entry);
-    tl_put(8, gtimer());
+    if (!TQ) tl_put(8, gtimer());  // (43: field 8 = the Q issuer before its first box, below)
   }
 
   extern __shared__ uint8_t smem_raw[];
@@ -667,6 +669,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg<HD, VAR>::PROD_REGS));
+    // 43: field 7 = the Q-issuing warp (warp 1) past its register release.
+    if (TL && TQ && tid == 32) tl_put(7, gtimer());
     if constexpr (!QV) {
       load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
         const int64_t vr = m0 + r;
@@ -833,6 +837,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
           const int tok1 = int(bos + t0) + (h0 > 0 ? 1 : 0);  // first whole token
           if (lane == 0) mbar_arrive_expect_tx(barQ, uint32_t(kBM) * HD * 2);
           __syncwarp();
+          if (TL && lane == 0) tl_put(8, gtimer());  // 43: before the first box
           const int l = lane;
           if (l < first + 1 + nb + tail) {
             const CUtensorMap* map;
@@ -1007,7 +1012,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         if (j + 1 < n_tiles) off = row_offset(j + 1);
       }
     }
-    if (TL && tid == 0) tl_put(7, gtimer());
+    if (TL && !TQ && tid == 0) tl_put(7, gtimer());
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
