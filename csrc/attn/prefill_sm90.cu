@@ -155,9 +155,12 @@ constexpr int kBM = 128;
 //      swizzle follows the shared-memory address: row boxes at any 128-byte row work); 39 / 41
 //      = 30 within 1%, 42 1-2% slower. 43's timeline: the Q boxes are issued 1.2-1.4 us after
 //      the barrier init (K tile 0 1.4-1.5 us, with every tensor map prefetched at entry) and land
-//      ~1.3 us later: Q wait 3.9 us as 30's. Between the barrier and the first UTMALDG of the
-//      issuing warp the SASS has ~150 instructions and no global load: what takes ~1.2 us there
-//      (the setmaxnreg dealloc? the first UTMALDG's descriptor despite the prefetch?) is open.
+//      ~1.3 us later: Q wait 3.9 us as 30's. Call 3 (43's fields 7 / 8): barrier -> past the
+//      setmaxnreg 0.06 us, -> before the first box 0.19, -> boxes issued 0.83 (p50; mean 1.0): the
+//      UTMALDG takes uniform operands, so the warp's up to 22 items x 4 boxes issue one lane at a
+//      time (BRA.U.ANY loop) -- the many row boxes of G = 6 cost the time. Next: the <= 2 (G - 1)
+//      partial-token rows by cp.async (lanes) and only the whole-token boxes by TMA (4-8 UTMALDG);
+//      K tile 0 (5 page runs x 4 boxes, issued the same way) shows the same ~1.2 us.
 // Dispatched: 0-43.
 constexpr int kVariants = 44;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).

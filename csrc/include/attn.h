@@ -111,10 +111,13 @@ typedef struct DkAttnPrefillSm90Params {
    * staged output rows of heads >= the first row's head (first 64 / G tokens) written by TMA
    * tensor stores, 35 = 34 recording the timeline (31-35 opt-in); 36 = 23 with each block's
    * tile loop run from a compile-time start stage (uniform wgmma descriptors; opt-in), 37 = 36
-   * with at most 8 CTAs (test variant), 38 = 36 recording the timeline.
+   * with at most 8 CTAs (test variant), 38 = 36 recording the timeline; 39 = 31 with Q loaded
+   * by the consumer warpgroups, 40 = 39 recording the timeline, 41 = 39 with a stmatrix
+   * epilogue, 42 = 31 with Q loaded by TMA (tensor maps prefetched at entry; 31 runs if the
+   * encoder fails), 43 = 42 recording the timeline (39-43 opt-in, session 9).
    * The safe wrapper's default: 30 (session 7; 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-38 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=38:
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-43 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=43:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
@@ -122,7 +125,7 @@ typedef struct DkAttnPrefillSm90Params {
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38: copies the first `n` words
+/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43: copies the first `n` words
  * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
  * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
  * stored, producer done, sequence bounds + context length loaded, past the barrier-init
@@ -176,7 +179,11 @@ typedef struct DkAttnDecodeSm90Params {
    * tiles of 0 where C consecutive splits (C = the largest divisor of num_splits in 2..=8 whose
    * clusters all fit at once) run as one cluster that shares their ranges dynamically
    * (16-position chunks claimed from a counter in the first CTA's shared memory, set up by each
-   * launch; partials + merge as 0; no such C: 0); -1 =
+   * launch; partials + merge as 0; no such C: 0); 14 / 15 = the tiles of 0 / 3 where all splits
+   * of a (row, kv head) claim 16-position chunks of its whole context from a module-global
+   * counter (one of 64 regions per launch, put back to zero by the group's last CTA; one split or
+   * more than 4096 (row, kv head) pairs: 0 / 3), 16 / 17 = 14 / 15 with the first 3/4 of the
+   * chunks dealt round-robin without the counter (14-17 opt-in, session 9); -1 =
    * automatic: variant 0 or 3 and a split count <= num_splits chosen from num_rows x n_kv_heads
    * and the SM count (the workspace layout then uses that count). Ignored at head dim 64. Same
    * results up to rounding. Tiles of one CTA per SM (hd 256: 0, 2, 4, 8, 10) launch as a
