@@ -356,6 +356,20 @@ fn check_prefill_case(
     page_size: usize,
     dims: AttnDims,
 ) -> f64 {
+    check_prefill_kernels(s, rng, seed, seqs, page_size, dims, None)
+}
+
+/// [`check_prefill_case`] over `only` instead of the default kernel list (and its env overrides)
+/// when given.
+fn check_prefill_kernels(
+    s: &Arc<CudaStream>,
+    rng: &mut StdRng,
+    seed: u64,
+    seqs: &[(usize, i32)],
+    page_size: usize,
+    dims: AttnDims,
+    only: Option<&[PrefillKernel]>,
+) -> f64 {
     let (hq, hkv, hd) = (dims.n_q_heads, dims.n_kv_heads, dims.head_dim);
     let b = make_batch(rng, seqs, page_size, 3);
     let t = *b.cu.last().unwrap() as usize;
@@ -397,6 +411,9 @@ fn check_prefill_case(
     // DELTAKIT_TEST_PREFILL_DEFAULT_ONLY=1: the default kernel alone (the sanitizer runs).
     if std::env::var("DELTAKIT_TEST_PREFILL_DEFAULT_ONLY").is_ok_and(|v| v == "1") {
         kernels = vec![PrefillKernel::Auto];
+    }
+    if let Some(only) = only {
+        kernels = only.to_vec();
     }
     for kernel in kernels {
         if skip_pp && matches!(kernel, PrefillKernel::Sm90PingPong | PrefillKernel::Sm90Variant(_))
@@ -464,6 +481,27 @@ fn prefill_kernels_match_reference_for_every_group_size_page_size_and_prior_cont
         }
     }
     eprintln!("INVARIANT attn.prefill (sm90 + triton) group sweep max_rel_err={worst:.2e}");
+}
+
+/// Groups above 16 (past the list): the Q-by-TMA variants 42 / 43 hand one Q box per lane
+/// of one warp (up to 2 G boxes per row block), so for G > 16 their launcher runs variant 31
+/// instead (session 9 review: G = 24 left boxes unissued and the Q barrier waiting). 42, 31 and
+/// the default must finish and match the reference (hd 256; the default alone at hd 128).
+#[test]
+fn prefill_q_by_tma_variants_take_groups_above_16() {
+    let Some(ctx) = gpu_or_skip("prefill_q_by_tma_variants_take_groups_above_16") else {
+        return;
+    };
+    let s = ctx.new_stream().unwrap();
+    let only =
+        [PrefillKernel::Sm90Variant(42), PrefillKernel::Sm90Variant(31), PrefillKernel::Auto];
+    for (case, &(g, hd)) in [(17usize, 256usize), (24, 256), (24, 128)].iter().enumerate() {
+        let (mut rng, seed) = common::rng(480 + case as u64);
+        let seqs = [(rng.gen_range(60..200), 0i32), (rng.gen_range(1..40), 63), (7, -1)];
+        let dims = AttnDims { n_q_heads: g, n_kv_heads: 1, head_dim: hd };
+        let only = if hd == 256 { &only[..] } else { &only[2..] };
+        check_prefill_kernels(&s, &mut rng, seed, &seqs, 16, dims, Some(only));
+    }
 }
 
 /// Small cases of both kernels for the compute-sanitizer runs (memcheck, racecheck): every head
@@ -727,9 +765,9 @@ fn check_decode_case(
         if var_env.trim().is_empty() {
             // 13 (dynamic split chunks in clusters): every decode test, memcheck and racecheck
             // passed on an H200 (session 8); opt-in (slower than 0), tested by default. 16 / 17
-            // (static prefix + chunks claimed from a global counter; 14 / 15 = all claimed)
+            // (static prefix + chunks claimed from a global counter) and 14 / 15 (all claimed)
             // likewise in session 9.
-            kernels.extend([13, 16, 17].map(DecodeKernel::Sm90Variant));
+            kernels.extend([13, 14, 15, 16, 17].map(DecodeKernel::Sm90Variant));
         }
     }
     if t_new == 1 {

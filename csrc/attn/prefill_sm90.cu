@@ -2305,8 +2305,11 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     }
   }
   if constexpr (Cfg<HD, VAR>::TQ) {
-    // Without the encoder: the same tiles with Q by cp.async (31).
+    // Without the encoder, or for a group above 16: the same tiles with Q by cp.async (31). A row
+    // block takes up to first + 1 + nb + tail <= 2 G items, one per lane of the issuing warp, so
+    // G > 16 could leave boxes unissued and the Q barrier waiting forever.
     const int64_t g = a.group;
+    if (g > 16) return launch<HD, PP, 31>(p, stream);
     a.q_nt = uint32_t((kBM - (g - 1)) / g);
     if (!encode_q_map(&a.tmap_qa, p.q, HD, p.n_q_heads, p.num_tokens, g, a.q_nt) ||
         !encode_q_map(&a.tmap_qb, p.q, HD, p.n_q_heads, p.num_tokens, g, 1) ||

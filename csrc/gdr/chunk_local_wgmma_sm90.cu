@@ -36,7 +36,7 @@ constexpr uint32_t kVec = 32768;                     // f32 vectors [9][64]
 constexpr uint32_t kTm = kVec + kNumVec * 256;       // f32 Tm [64][72]
 constexpr int kLd = 72;
 constexpr int kLdX = 24;
-constexpr uint32_t kX = 24576;                       // 4 x f32 [16][24] per-warp scratch over the dead Q rows 32..63
+constexpr uint32_t kX = 24576;                       // 4 x f32 [16][24] per-warp scratch over Q's second 64-column panel (dead after Q K^T)
 constexpr uint32_t kSmem = kTm + 64 * kLd * 4;       // 53,504
 constexpr uint32_t kSmemAlloc = kSmem + 1024;        // + the slack to align the base to 1024 (128-byte swizzle atoms)
 static_assert(kX + 4 * 16 * kLdX * 4 <= kVec && kRVec <= kX, "local pass aliasing");

@@ -502,8 +502,10 @@ pub enum PrefillKernel {
     /// the staged epilogue's shared-memory writes done by `stmatrix` (16 per thread instead of 64
     /// 4-byte stores). 42 = 31 with Q loaded by TMA (three descriptors of q: boxes of whole
     /// tokens and single rows for the partial first / last token of a row block; the tensor maps
-    /// prefetched at entry), 43 = 42 recording the timeline (field 10 = the Q boxes issued).
-    /// 39-43 opt-in: on an H200 (session 9) correct and sanitizer-clean, 39 / 41 within 1% of
+    /// prefetched at entry; a group above 16 or no tensor-map encoder: 31; without the K / V
+    /// maps, i.e. a page size not a multiple of 16, first: 12, as for 30 / 31), 43 = 42 recording
+    /// the timeline (field 10 = the Q boxes issued; 7 / 8 = the Q-issuing warp past its register
+    /// release / before its first box). 39-43 opt-in: on an H200 (session 9) correct and sanitizer-clean, 39 / 41 within 1% of
     /// 30, 42 1-2% slower (Q still waited for ~3.9 us per row block, as in 30).
     /// Same results up to rounding. Values above 43 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
@@ -540,7 +542,9 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// context length, thread 0 past the barrier-init `__syncthreads`, the warp loading warpgroup
 /// 0's first Q rows done issuing them, K tile 0 issued (38, the persistent kernel: field 1 =
 /// the block's start in its CTA, 7 = 1, 8-11 = the producer's block start, Q half 0 free, its Q
-/// rows issued, K tile 0 issued); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// rows issued, K tile 0 issued; 40: field 10 = consumer warpgroup 0 issued its Q rows; 43: 10 =
+/// the Q boxes issued, 7 / 8 = the Q-issuing warp past its register release / before its first
+/// box); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
 /// # Errors
@@ -771,7 +775,10 @@ pub enum DecodeKernel {
     /// split): the tiles of 0 / 3 where all splits of a (row, kv head) share its whole context
     /// dynamically, each warp claiming the next 16-position chunk from a counter in global memory
     /// (module-owned, zero at load, put back to zero by the last split CTA of every launch: no
-    /// workspace change, graph-safe; one split or more than 4096 (row, kv head) pairs: 0 / 3);
+    /// workspace change; one split or more than 4096 (row, kv head) pairs: 0 / 3). The counters
+    /// form 64 regions handed out round-robin per launch (a captured graph keeps the region of
+    /// its capture), so these variants are for one stream at a time: two launches in flight at
+    /// once on different streams may share a region and give wrong results (measurement only);
     /// H200 (session 9): 7-10% slower than 0 / 3 (opt-in). 16 / 17: 14 / 15 with a static
     /// prefix (the first 3/4 of the chunks dealt round-robin to the group's warps without
     /// atomics, only the rest claimed): 5-6% slower than 0 / 3 (opt-in). Same results up to
