@@ -113,8 +113,9 @@ typedef struct DkAttnPrefillSm90Params {
    * tile loop run from a compile-time start stage (uniform wgmma descriptors; opt-in), 37 = 36
    * with at most 8 CTAs (test variant), 38 = 36 recording the timeline; 39 = 31 with Q loaded
    * by the consumer warpgroups, 40 = 39 recording the timeline, 41 = 39 with a stmatrix
-   * epilogue, 42 = 31 with Q loaded by TMA (tensor maps prefetched at entry; 31 runs if the
-   * encoder fails), 43 = 42 recording the timeline (39-43 opt-in, session 9).
+   * epilogue, 42 = 31 with Q loaded by TMA (tensor maps prefetched at entry; without the K / V
+   * maps, i.e. page_size % 16 != 0, 12 runs as for 30 / 31; then 31 runs for a group above 16 or
+   * if the Q encoder fails), 43 = 42 recording the timeline (39-43 opt-in, session 9).
    * The safe wrapper's default: 30 (session 7; 25 in session 6).
    * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-43 ignore `schedule` and, as 7,
    * need scale > 0 (else variant 5 runs); outside 0..=43:
@@ -129,7 +130,9 @@ dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t str
  * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
  * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
  * stored, producer done, sequence bounds + context length loaded, past the barrier-init
- * __syncthreads, warpgroup 0's first Q rows issued, K tile 0 issued; zero = not recorded) of the
+ * __syncthreads, warpgroup 0's first Q rows issued, K tile 0 issued; 40: field 10 = consumer
+ * warpgroup 0 issued its Q rows; 43: 10 = the Q boxes issued, 7 / 8 = the Q-issuing warp past its
+ * register release / before its first box; zero = not recorded) of the
  * device-global timeline buffer to `host`, then zeroes the buffer and synchronizes the device.
  * Synchronize the launching stream first. */
 dk_status dk_attn_prefill_sm90_timeline(uint64_t *host, int64_t n);
@@ -183,7 +186,8 @@ typedef struct DkAttnDecodeSm90Params {
    * of a (row, kv head) claim 16-position chunks of its whole context from a module-global
    * counter (one of 64 regions per launch, put back to zero by the group's last CTA; one split or
    * more than 4096 (row, kv head) pairs: 0 / 3), 16 / 17 = 14 / 15 with the first 3/4 of the
-   * chunks dealt round-robin without the counter (14-17 opt-in, session 9); -1 =
+   * chunks dealt round-robin without the counter (14-17 opt-in, session 9; one stream at a
+   * time: launches in flight at once on different streams may share a counter region); -1 =
    * automatic: variant 0 or 3 and a split count <= num_splits chosen from num_rows x n_kv_heads
    * and the SM count (the workspace layout then uses that count). Ignored at head dim 64. Same
    * results up to rounding. Tiles of one CTA per SM (hd 256: 0, 2, 4, 8, 10) launch as a

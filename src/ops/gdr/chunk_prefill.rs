@@ -388,8 +388,10 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// same results); 65745 = 209 whose state warps release stages through one mbarrier per stage
 /// (arrive / parity wait) instead of the named barrier (opt-in; the form compute-sanitizer
 /// racecheck orders); 94417 = 28881 with that mbarrier release in every state kernel its routes
-/// take (single CTA, pair CTA, both context-parallel passes; the default since session 9); any
-/// other value fails the
+/// take (single CTA, pair CTA, both context-parallel passes; the default in session 9 before
+/// 225489); 159953 / 225489 = 28881 / 94417 with the local pass on wgmma
+/// (`csrc/gdr/chunk_local_wgmma_sm90.cu`: SS-wgmma K K^T / Q K^T, 2 x 2 blocked (I + A)^-1, the
+/// same stage image; 225489 the default since session 9's end check); any other value fails the
 /// call with an error before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
@@ -405,7 +407,15 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 94417
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 225489
+/// (session 9's end check) = 94417 with the local pass on wgmma (bit 131072,
+/// `csrc/gdr/chunk_local_wgmma_sm90.cu`: K K^T / Q K^T as SS-wgmma m64n64k16 once per key head,
+/// (I + A)^-1 as 16 x 16 diagonal inverses and a 2 x 2 blocked form over 32 x 32 blocks; the
+/// same stage image for the state kernel). H200 2026-12-02, same call: 0.428 / 0.320 / 1.752 /
+/// 2.473 ms vs 94417 0.447 / 0.329 / 1.862 / 2.605 at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x
+/// 65536 (-4.1 / -2.9 / -5.8 / -5.1%); every GPU test of the library and engine (112) passed
+/// under it, racecheck 0 on the long and the pair / context-parallel routing tests and on the
+/// qwen-shape sweep, memcheck 0 (`docs/benchmarks/2026-12-02-end-check-s9.md`). 94417
 /// (session 9) = 28881 whose state kernels release their stages through one mbarrier per stage
 /// (bit 65536: the form compute-sanitizer racecheck orders; same results). H200 2026-12-02
 /// (`docs/benchmarks/2026-12-02-gdr-s9.md`): 94417 0.448 / 0.331 / 1.853 / 2.616 ms vs 28881
@@ -423,7 +433,7 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 94417;
+const SPLIT_VARIANT: i32 = 225489;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
