@@ -347,21 +347,9 @@ fn worst_row_err(got: &[f32], expect: &[f32], hd: usize) -> f64 {
 /// (sequences as (new tokens, prior context or -1), page size, dims)
 type PrefillCase = (&'static [(usize, i32)], usize, AttnDims);
 
-/// Runs both prefill kernels on one random case and checks each against the reference.
+/// Runs both prefill kernels on one random case and checks each against the reference: the
+/// default kernel list (and its env overrides), or `only` when given.
 fn check_prefill_case(
-    s: &Arc<CudaStream>,
-    rng: &mut StdRng,
-    seed: u64,
-    seqs: &[(usize, i32)],
-    page_size: usize,
-    dims: AttnDims,
-) -> f64 {
-    check_prefill_kernels(s, rng, seed, seqs, page_size, dims, None)
-}
-
-/// [`check_prefill_case`] over `only` instead of the default kernel list (and its env overrides)
-/// when given.
-fn check_prefill_kernels(
     s: &Arc<CudaStream>,
     rng: &mut StdRng,
     seed: u64,
@@ -477,7 +465,7 @@ fn prefill_kernels_match_reference_for_every_group_size_page_size_and_prior_cont
             ));
             seqs.shuffle(&mut rng);
             let dims = AttnDims { n_q_heads: g * hkv, n_kv_heads: hkv, head_dim: hd };
-            worst = worst.max(check_prefill_case(&s, &mut rng, seed, &seqs, page_size, dims));
+            worst = worst.max(check_prefill_case(&s, &mut rng, seed, &seqs, page_size, dims, None));
         }
     }
     eprintln!("INVARIANT attn.prefill (sm90 + triton) group sweep max_rel_err={worst:.2e}");
@@ -500,7 +488,7 @@ fn prefill_q_by_tma_variants_take_groups_above_16() {
         let seqs = [(rng.gen_range(60..200), 0i32), (rng.gen_range(1..40), 63), (7, -1)];
         let dims = AttnDims { n_q_heads: g, n_kv_heads: 1, head_dim: hd };
         let only = if hd == 256 { &only[..] } else { &only[2..] };
-        check_prefill_kernels(&s, &mut rng, seed, &seqs, 16, dims, Some(only));
+        check_prefill_case(&s, &mut rng, seed, &seqs, 16, dims, Some(only));
     }
 }
 
@@ -521,7 +509,7 @@ fn prefill_kernels_small_cases_for_sanitizer() {
     ];
     for (i, (seqs, ps, dims)) in cases.iter().enumerate() {
         let (mut rng, seed) = common::rng(600 + i as u64);
-        check_prefill_case(&s, &mut rng, seed, seqs, *ps, *dims);
+        check_prefill_case(&s, &mut rng, seed, seqs, *ps, *dims, None);
     }
 }
 
@@ -553,7 +541,7 @@ fn prefill_kernels_match_reference_on_varlen_mixes_long_sequences_and_single_tok
     ];
     for (i, (seqs, ps, dims)) in cases.iter().enumerate() {
         let (mut rng, seed) = common::rng(500 + i as u64);
-        worst = worst.max(check_prefill_case(&s, &mut rng, seed, seqs, *ps, *dims));
+        worst = worst.max(check_prefill_case(&s, &mut rng, seed, seqs, *ps, *dims, None));
     }
     eprintln!("INVARIANT attn.prefill (sm90 + triton) varlen/long max_rel_err={worst:.2e}");
 }
