@@ -1886,10 +1886,10 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
   SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
-  // 159953 = 28881 + 131072 (session 9, opt-in): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
+  // 159953 = 28881 + 131072 (session 9): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
   if (p->variant == 159953) return launch_cp<28881>(a, s);
-  if (p->variant == 225489) return launch_cp<94417>(a, s);  // = 94417 + 131072 (opt-in; not yet run on a GPU as such)
+  if (p->variant == 225489) return launch_cp<94417>(a, s);  // = 94417 + 131072: the library default since session 9
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417
