@@ -1,4 +1,4 @@
-// gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (variant bit 131072, session 9, opt-in; see
+// gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (variant bit 131072, session 9; the default 225489; see
 // chunk_local_wgmma_sm90.h). Same job and output as split_local_kernel<64 | 1 | 16384> in chunk_prefill_fused_sm90.cu
 // (one CTA per (chunk id, key head), 128 threads = one warpgroup, 4 CTAs / SM, the per-value-head stage image):
 //   gating (fused or precomputed, clamped at -64), gc = chunk-local inclusive cumsum, rn = q / k L2-norm factors;
