@@ -1,5 +1,5 @@
-// gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (variant bit 131072, session 9; the default 225489; see
-// chunk_local_wgmma_sm90.h). Same job and output as split_local_kernel<64 | 1 | 16384> in chunk_prefill_fused_sm90.cu
+// gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (variant bit 131072, session 9; in the
+// default 225489; see chunk_local_wgmma_sm90.h). Same job and output as split_local_kernel<64 | 1 | 16384> in chunk_prefill_fused_sm90.cu
 // (one CTA per (chunk id, key head), 128 threads = one warpgroup, 4 CTAs / SM, the per-value-head stage image):
 //   gating (fused or precomputed, clamped at -64), gc = chunk-local inclusive cumsum, rn = q / k L2-norm factors;
 //   A  = beta_t rn_t rn_s e^{gc_t - gc_s} (k_t . k_s)  (s < t),  P = rn_q scale rn_k e^{gc_t - gc_s} (q_t . k_s) (s <= t)

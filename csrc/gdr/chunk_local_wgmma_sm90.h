@@ -1,6 +1,6 @@
 /* gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (csrc/gdr/chunk_local_wgmma_sm90.cu; variant
- * bit 131072 of dk_gdr_chunk_prefill_split_sm90, session 9; in the default 225489). Declared here for the split pipeline's launchers,
- * not through bindgen. */
+ * bit 131072 of dk_gdr_chunk_prefill_split_sm90, session 9; in the default 225489). Declared here for the split
+ * pipeline's launchers, not through bindgen. */
 #ifndef DELTAKIT_GDR_CHUNK_LOCAL_WGMMA_SM90_H
 #define DELTAKIT_GDR_CHUNK_LOCAL_WGMMA_SM90_H
 #include <cuda_runtime.h>
