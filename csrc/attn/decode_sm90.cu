@@ -1079,7 +1079,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
       }
     }
     // DELTAKIT_DECODE_DYN_LOG=1 (device runs): which path each launch took.
-    static const bool log = std::getenv("DELTAKIT_DECODE_DYN_LOG") != nullptr;
+    static const bool log = dk::env_flag("DELTAKIT_DECODE_DYN_LOG");
     if (log) {
       std::fprintf(stderr, "attn.decode v13 hd %d: %lld CTAs, %lld splits -> clusters of %d (max clusters c=2..8:", HD,
                    static_cast<long long>(p.num_rows * p.n_kv_heads * p.num_splits),

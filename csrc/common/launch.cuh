@@ -2,6 +2,8 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../include/deltakit.h"
 
@@ -26,6 +28,13 @@ inline dk_status launch_status() {
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Whether the diagnostic environment switch `name` is on: set to exactly "1" (any other value, or unset, is off).
+// Call sites read it once per process: `static const bool on = dk::env_flag("DELTAKIT_...");`.
+inline bool env_flag(const char* name) {
+  const char* e = getenv(name);
+  return e != nullptr && strcmp(e, "1") == 0;
+}
 
 // Launches `kernel<<<grid, block, smem, s>>>(args...)` as a programmatic dependent of the work before
 // it on `s` (PDL, cudaLaunchAttributeProgrammaticStreamSerialization: it may start while that work

@@ -1611,10 +1611,7 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s);
 // launch of launch_split / launch_cp naming the route, the kernel's template variant and its grid, so that a test or
 // sanitizer run can show which state kernels a variant really took (a forced variant can fall back silently).
 bool route_log_on() {
-  static const bool on = [] {
-    const char* e = getenv("DELTAKIT_GDR_ROUTE_LOG");
-    return e != nullptr && e[0] == '1';
-  }();
+  static const bool on = dk::env_flag("DELTAKIT_GDR_ROUTE_LOG");
   return on;
 }
 void route_log(const char* route, int sv, dim3 g) {

@@ -1226,10 +1226,7 @@ dk_status launch_sl(const Args& a, bool l2, cudaStream_t stream) {
 // DELTAKIT_GDR_DECODE_LOG=1 (read once per process): every K = V = 128 call prints the kernel it launches to stderr
 // ("gdr.decode route: <kernel> n=.. t=.. h_v=.."), so tests and device calls can check which path a case takes.
 inline bool route_log_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("DELTAKIT_GDR_DECODE_LOG");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = dk::env_flag("DELTAKIT_GDR_DECODE_LOG");
   return on;
 }
 inline void route_log(const char* kernel, const Args& a) {
