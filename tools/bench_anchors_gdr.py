@@ -22,10 +22,12 @@ a pool of >= 1.5 GB (every byte from HBM: what a model step sees, since the othe
 weights evict it). Units: decode f32 state TB/s = 2*B*H_v*K*V*4 / t; prefill nominal TFLOP/s =
 4*T*H_v*K*V / t.
 
-deltakit's prefill runs from .gpu-gdr/libdk_gdr_bench.so by default (tools/tune/gdr_bundle.sh: the library's AOT
+deltakit's prefill: with --dk-split-lib, the library's default on sm_90a (the split pipeline of
+csrc/gdr/chunk_prefill_fused_sm90.cu, launched as src/ops/gdr/chunk_prefill.rs does: tools/dk_split_prefill.py; the
+.so command is in docs/benchmarks/2026-12-02-gdr-anchor-s10.md). Without it, the portable Triton pipeline (not the
+sm_90a default since session 4) from .gpu-gdr/libdk_gdr_bench.so (tools/tune/gdr_bundle.sh: the library's AOT
 cubins of triton_aot/manifest.toml + the variants of tools/tune/gdr_prefill_variants.toml, called through their C
-launchers: the exact kernels the library dispatches, no JIT compile on the GPU host); --dk-jit JIT-compiles
-triton_aot/gdr/chunk_prefill.py instead (the older path, for source variants not in any manifest).
+launchers); --dk-jit JIT-compiles triton_aot/gdr/chunk_prefill.py instead (for source variants not in any manifest).
 --streaming times conv1d.prefill / conv1d.update / norm.rms_gated / norm.fused_add_rms (same library, same method)
 as a fraction of the copy ceiling measured in the same process (a 2 GB torch device-to-device copy) and of a
 size-matched copy. Several harness processes can share one GPU: --prepass runs every first call (FlashInfer's
@@ -37,7 +39,7 @@ processes are past their first calls. --merge A.json B.json .. prints one table.
   python3 tools/bench_anchors_gdr.py --site /tmp/site --lib .gpu-gdr/libdk_gdr_decode.so --out r.json \
       [--only SUBSTR,..] [--skip-prefill] [--skip-decode] [--sweep] [--libs dk,fi,fla] [--budget-s 200]
       [--prefill tp1,tp2,9b8,9b64k] [--fla-prefill tp2] [--prefill-variants] [--streaming]
-      [--prepass] [--wait-file F] [--lock-file L]
+      [--prepass] [--wait-file F] [--lock-file L] [--dk-split-lib SO [--dk-split-variants 225489,209]]
   python3 tools/bench_anchors_gdr.py --merge r1.json r2.json ..
 """
 import argparse
@@ -84,6 +86,12 @@ def parse_args():
     p.add_argument("--dk-lib", default=str(ROOT / ".gpu-gdr/libdk_gdr_bench.so"),
                    help="AOT chunk-prefill launchers + conv1d / norm (tools/tune/gdr_bundle.sh)")
     p.add_argument("--dk-jit", action="store_true", help="JIT-compile deltakit's prefill kernels instead of --dk-lib")
+    p.add_argument("--dk-split-lib", default="",
+                   help="deltakit's prefill = the library default on sm_90a (the split pipeline, "
+                   "tools/dk_split_prefill.py) from this .so instead of the Triton pipeline of --dk-lib / --dk-jit")
+    p.add_argument("--dk-split-variants", default="225489",
+                   help="--dk-split-lib: split variants; the first is the row's deltakit, the others rows "
+                   "dk:v<variant>")
     p.add_argument("--streaming", action="store_true", help="time conv1d.* / norm.* against the copy ceiling")
     p.add_argument("--prepass", action="store_true", help="run every anchor's first (compiling) call before timing")
     p.add_argument("--wait-file", default="", help="wait until this file exists before the timed phase")
@@ -746,6 +754,41 @@ def dk_prefill_fn(cp, ents, q, k, v, glog, beta, cu, slots, pool, o, hk, hv, n, 
     return stages
 
 
+DK_SPLIT = None  # tools/dk_split_prefill.py DkSplitPrefill (--dk-split-lib)
+
+
+def dk_split_row(row, outs, tf, q, k, v, glog, beta32, cu32, slots, pool_vk, hk, hv, t):
+    """deltakit's prefill row from the library default (the sm_90a split pipeline, --dk-split-lib): the first of
+    --dk-split-variants is "dk" (time, output and final states for the comparison with the anchors); the others are
+    "dk:v<variant>" rows (time, relative errors vs "dk")."""
+    vars_ = [int(x) for x in ARGS.dk_split_variants.split(",") if x]
+    pool = pool_vk.transpose(-1, -2).contiguous()  # [slot, Hv, K, V]
+    o = torch.empty(t, hv, V, device=DEV, dtype=torch.bfloat16)
+    for i, var in enumerate(vars_):
+        r = row.setdefault("dk" if i == 0 else f"dk:v{var}", {})
+        r["path"] = f"split {var} (tools/dk_split_prefill.py)"
+        try:
+            pool.copy_(pool_vk.transpose(-1, -2))
+            o.fill_(float("nan"))
+            call = DK_SPLIT.make(q, k, v, glog, beta32, cu32, slots, pool, o, hk, hv, var)
+            t1 = time.time()
+            call()
+            torch.cuda.synchronize()
+            r["first_s"] = round(time.time() - t1, 1)
+            res = (o.clone(), pool[slots.long()].transpose(-1, -2).clone())
+            if i == 0:
+                outs["dk"] = res
+            else:
+                r["relerr_o_vs_dk"] = rel(res[0], outs["dk"][0]) if "dk" in outs else float("nan")
+                r["relerr_s_vs_dk"] = rel(res[1], outs["dk"][1]) if "dk" in outs else float("nan")
+            r["ms"] = gpu_ms(call)
+            r["TFLOPs"] = tf(r["ms"])
+        except Exception as e:  # noqa: BLE001
+            r["error"] = err_text(e)
+            print(traceback.format_exc()[-2000:], file=sys.stderr)
+    del pool, o
+
+
 def prefill_row(libs, chunk, key, name, hk, hv, lens, prepass=False):
     """One prefill shape: deltakit (library default + variants), FlashInfer, FLA. prepass: only the anchors' first
     (compiling / autotuning) calls, nothing timed or recorded."""
@@ -769,6 +812,8 @@ def prefill_row(libs, chunk, key, name, hk, hv, lens, prepass=False):
         cu_l.append(cu_l[-1] + L)
     cu32 = torch.tensor(cu_l, device=DEV, dtype=torch.int32)
     outs = {}
+    if DK_SPLIT is not None and not prepass:
+        dk_split_row(row, outs, tf, q, k, v, glog, beta32, cu32, slots, pool_vk, hk, hv, t)
     if chunk is not None and not prepass:
         cp, ents, aot = chunk
         pool = pool_vk.transpose(-1, -2).contiguous()
@@ -1211,7 +1256,16 @@ def main():
         except Exception as e:  # noqa: BLE001
             RES["meta"]["dk_decode_error"] = err_text(e)
     chunk = None
-    if "dk" in LIBS and not ARGS.skip_prefill:
+    global DK_SPLIT
+    if "dk" in LIBS and not ARGS.skip_prefill and ARGS.dk_split_lib:
+        try:
+            sys.path.insert(0, str(ROOT / "tools"))
+            from dk_split_prefill import DkSplitPrefill
+            DK_SPLIT = DkSplitPrefill(ARGS.dk_split_lib)
+        except Exception as e:  # noqa: BLE001
+            RES["meta"]["dk_split_error"] = err_text(e)
+            print(traceback.format_exc()[-2000:], file=sys.stderr)
+    elif "dk" in LIBS and not ARGS.skip_prefill:
         cp, ents = load_chunk_module()
         aot = None
         if not ARGS.dk_jit:

@@ -20,7 +20,6 @@ checked by a checksum that every role stores next to its outputs):
   fla    fla.ops.gated_delta_rule.chunk_gated_delta_rule (state_v_first, cu_seqlens, q/k L2 norm in kernel); triton
          autotune reduced to each kernel's first config (no autotune time; the configs change block sizes / warps,
          not the arithmetic)
-  time   GPU time (median of 20 behind a 1 ms spin) of the deltakit variants in --variants and FlashInfer, one process
   merge  relative errors of every library's (--libs) outputs and final states vs the reference; JSON + table
 
   python3 tools/gdr_anchor_accuracy.py --role ref --dir /tmp/acc
@@ -29,22 +28,18 @@ checked by a checksum that every role stores next to its outputs):
   python3 tools/gdr_anchor_accuracy.py --role merge --dir /tmp/acc --out acc.json
 """
 import argparse
-import ctypes
-import importlib.util
 import json
 import math
 import os
 import sys
 import time
-import tomllib
 import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 K = V = 128
 CHUNK = 64
-WS_ALIGN = 256  # src/ops/gdr/chunk_prefill.rs (workspace region alignment; only the region sizes matter here)
-SPLIT_VARIANT = 225_489  # src/ops/gdr/chunk_prefill.rs SPLIT_VARIANT (the library default)
+SPLIT_VARIANT = 225_489  # src/ops/gdr/chunk_prefill.rs SPLIT_VARIANT (the library default; = tools/dk_split_prefill.py)
 
 # name: (H_k, H_v, lengths, gates, keys, seed). gates "model": A_log = log U(1, 16), dt_bias = softplus^-1(dt),
 # dt log-uniform in [1e-3, 1e-1], a, b ~ N(0, 1) (Qwen3-Next-style init: mostly slow decays, the state carries far);
@@ -64,11 +59,9 @@ DEFAULT_CASES = [c for c in CASES if c != "9b_8x8k"]
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--role", required=True, choices=["ref", "dk", "fi", "fla", "merge", "time"])
+    p.add_argument("--role", required=True, choices=["ref", "dk", "fi", "fla", "merge"])
     p.add_argument("--cases", default=",".join(DEFAULT_CASES))
-    p.add_argument("--variant", type=int, default=SPLIT_VARIANT, help="dk / time: split pipeline variant(s) "
-                   "(time: --variants)")
-    p.add_argument("--variants", default=f"{SPLIT_VARIANT},209,465", help="time: dk variants to time")
+    p.add_argument("--variant", type=int, default=SPLIT_VARIANT, help="dk: the split pipeline variant")
     p.add_argument("--tag", default="", help="dk: name of the outputs (default dk, or dk<variant> off the default)")
     p.add_argument("--libs", default="dk,fi,fla", help="merge: libraries (tags) to compare with the reference")
     p.add_argument("--dir", default="/tmp/acc")
@@ -87,6 +80,9 @@ if ARGS.site:
     sys.path.insert(0, ARGS.site)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
+from dk_split_prefill import DkSplitPrefill  # noqa: E402
 
 DEV = ARGS.dev
 LIBS = [x_ for x_ in ARGS.libs.split(",") if x_]
@@ -233,87 +229,19 @@ def role_ref(names):
 
 
 # ------------------------------------------------------------------------------------------ deltakit (ctypes)
-class FusedParams(ctypes.Structure):
-    """csrc/gdr/chunk_prefill_fused_sm90.h DkGdrPrefillFusedParams."""
-    _fields_ = [(n, ctypes.c_uint64) for n in ("q", "k", "v", "g", "beta", "a", "b", "a_log", "dt_bias", "cu_seqlens",
-                                               "slots", "init", "state", "out")] + \
-        [(n, ctypes.c_int64) for n in ("num_tokens", "num_seqs", "num_slots", "h_k", "h_v", "k_dim", "v_dim",
-                                       "q_stride", "k_stride", "v_stride", "ab_stride")] + \
-        [("use_l2", ctypes.c_int32), ("init_mode", ctypes.c_int32), ("fused", ctypes.c_int32),
-         ("scale", ctypes.c_float), ("variant", ctypes.c_int32)]
-
-
-class SplitWs(ctypes.Structure):
-    """csrc/gdr/chunk_prefill_fused_sm90.h DkGdrPrefillSplitWs."""
-    _fields_ = [("coff", ctypes.c_uint64), ("cseq", ctypes.c_uint64), ("img", ctypes.c_uint64), ("nt", ctypes.c_int64),
-                ("flags", ctypes.c_uint64), ("cp", ctypes.c_uint64), ("cp_bytes", ctypes.c_int64)]
-
-
-def al(b):
-    return (b + WS_ALIGN - 1) // WS_ALIGN * WS_ALIGN
-
-
-class DkPrefill:
-    """deltakit's split pipeline through ctypes, as src/ops/gdr/chunk_prefill.rs launches it."""
-
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        self.lib.dk_gdr_chunk_prefill_split_sm90.argtypes = [ctypes.POINTER(FusedParams), ctypes.POINTER(SplitWs),
-                                                             ctypes.c_void_p]
-        self.lib.dk_gdr_chunk_prefill_split_sm90_check.argtypes = [ctypes.POINTER(FusedParams)]
-        spec = importlib.util.spec_from_file_location("dk_chunk_prefill", ROOT / "triton_aot/gdr/chunk_prefill.py")
-        self.cp = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.cp)
-        self.ents = {e["name"]: e for e in tomllib.loads((ROOT / "triton_aot/manifest.toml").read_text())["kernel"]}
-
-    def opt(self, nm):
-        e = self.ents[nm]
-        return dict(num_warps=e["num_warps"], num_stages=e["num_stages"], **e.get("constexprs", {}))
-
-    def make(self, x, pool, o, variant):
-        """A callable running the pipeline on x's inputs, state pool `pool` (in place) and output `o`; buffers kept."""
-        t, n, hk, hv = x["t"], x["n"], x["hk"], x["hv"]
-        nt = t // CHUNK + n
-        th = t * hv
-        coff = torch.empty(n + 1, device=DEV, dtype=torch.int32)
-        cseq = torch.empty(nt, device=DEV, dtype=torch.int32)
-        img = torch.empty(nt * hv * K * V * 2, device=DEV, dtype=torch.uint8)  # the library's per-chunk state region h
-        cp_bytes = al(th * K * 4) + al(th * V * 4)  # the W and U regions (lay.h - lay.w)
-        cpbuf = torch.empty(cp_bytes, device=DEV, dtype=torch.uint8)
-        flags = torch.zeros(nt * hv + n * hv * (V // 64), device=DEV, dtype=torch.int32)
-        prm = FusedParams(x["q"].data_ptr(), x["k"].data_ptr(), x["v"].data_ptr(), x["g"].data_ptr(),
-                          x["beta"].data_ptr(), x["q"].data_ptr(), x["q"].data_ptr(), x["g"].data_ptr(),
-                          x["g"].data_ptr(), x["cu32"].data_ptr(), x["slots"].data_ptr(), x["slots"].data_ptr(),
-                          pool.data_ptr(), o.data_ptr(), t, n, pool.shape[0], hk, hv, K, V, hk * K, hk * K, hv * V, hv,
-                          1, 1, 0, K ** -0.5, variant)
-        ws = SplitWs(coff.data_ptr(), cseq.data_ptr(), img.data_ptr(), nt, flags.data_ptr(), cpbuf.data_ptr(), cp_bytes)
-        st = self.lib.dk_gdr_chunk_prefill_split_sm90_check(ctypes.byref(prm))
-        if st != 0:
-            raise RuntimeError(f"dk_gdr_chunk_prefill_split_sm90_check variant {variant} status {st}")
-        iters = max(1, int(n).bit_length())
-        oo, om = self.opt("gdr_chunk_offsets"), self.opt("gdr_chunk_map")
-        cp, lib, cu32 = self.cp, self.lib, x["cu32"]
-
-        def call():
-            cp.gdr_chunk_offsets_kernel[(1,)](cu32, coff, n, t, nt, **oo)
-            cp.gdr_chunk_map_kernel[((nt + 127) // 128,)](coff, cseq, n, nt, iters, **om)
-            st_ = lib.dk_gdr_chunk_prefill_split_sm90(ctypes.byref(prm), ctypes.byref(ws),
-                                                      ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-            if st_ != 0:
-                raise RuntimeError(f"dk_gdr_chunk_prefill_split_sm90 variant {variant} status {st_}")
-        call.keep = (coff, cseq, img, cpbuf, flags, prm, ws)
-        return call
+def dk_call(dk, x, pool, o, variant):
+    return dk.make(x["q"], x["k"], x["v"], x["g"], x["beta"], x["cu32"], x["slots"], pool, o, x["hk"], x["hv"], variant)
 
 
 def role_dk(names):
-    dk = DkPrefill(ARGS.dk_lib)
+    dk = DkSplitPrefill(ARGS.dk_lib)
     tag = ARGS.tag or ("dk" if ARGS.variant == SPLIT_VARIANT else f"dk{ARGS.variant}")
     meta = {}
     for name in names:
         x = inputs(name)
         pool = x["pool"].clone()
         o = torch.full((x["t"], x["hv"], V), float("nan"), device=DEV, dtype=torch.bfloat16)
-        dk.make(x, pool, o, ARGS.variant)()
+        dk_call(dk, x, pool, o, ARGS.variant)()
         torch.cuda.synchronize()
         save(name, tag, o, pool[x["slots"].long()], {"checksum": x["checksum"]})
         # canary slots untouched (as the tests check)
@@ -322,62 +250,6 @@ def role_dk(names):
         meta[name] = {"variant": ARGS.variant, "canaries_intact": bool(torch.equal(pool[~live], x["pool"][~live]))}
         log(f"{name}: {tag} done {meta[name]}")
         del x, pool, o
-        torch.cuda.empty_cache()
-    return meta
-
-
-def gpu_ms(fn, warmup=5, reps=20):
-    """Median GPU time (ms) of fn() queued behind a ~1 ms spin (the method of tools/bench_anchors_gdr.py / the kit)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s_, e_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(2_000_000)
-        s_.record()
-        fn()
-        e_.record()
-        e_.synchronize()
-        ts.append(s_.elapsed_time(e_))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def role_time(names):
-    """deltakit variants (--variants) and FlashInfer timed in one process, one shape at a time, in place on a state
-    pool (the state keeps evolving over the repetitions, as in a real prefill loop)."""
-    dk = DkPrefill(ARGS.dk_lib)
-    fi = None
-    try:
-        import flashinfer.gdn_prefill as fip
-        fi = fip.chunk_gated_delta_rule
-    except Exception as e:  # noqa: BLE001
-        log(f"no FlashInfer: {e}")
-    meta = {}
-    for name in names:
-        x = inputs(name)
-        r = meta.setdefault(name, {})
-        for var in [int(v_) for v_ in ARGS.variants.split(",") if v_]:
-            pool = x["pool"].clone()
-            o = torch.empty((x["t"], x["hv"], V), device=DEV, dtype=torch.bfloat16)
-            try:
-                r[f"dk{var}_ms"] = gpu_ms(dk.make(x, pool, o, var))
-            except Exception as e:  # noqa: BLE001
-                r[f"dk{var}_error"] = str(e)[:200]
-            del pool, o
-        if fi is not None:
-            pool = x["pool"].transpose(-1, -2).contiguous()
-            o = torch.empty((x["t"], x["hv"], V), device=DEV, dtype=torch.bfloat16)
-            alpha = x["g"].exp().contiguous()
-            ml = max(x["lens"])
-            r["fi_ms"] = gpu_ms(lambda x=x: fi(x["q"], x["k"], x["v"], alpha, x["beta"], None, initial_state=pool,
-                                           output_final_state=True, cu_seqlens=x["cu32"], use_qk_l2norm_in_kernel=True,
-                                           output=o, output_state=pool, state_indices=x["slots"], max_seqlen=ml,
-                                           use_cp="auto"))
-            del pool, o
-        log(f"{name}: {r}")
-        del x
         torch.cuda.empty_cache()
     return meta
 
@@ -484,11 +356,6 @@ def role_merge(names):
             continue
         print(f"| {r['case']} | {r['H_k/H_v']} | {r['gates']} / {r['keys']} | " +
               " | ".join(f"{f(r, lib, 'o')} | {f(r, lib, 's')}" for lib in LIBS) + f" | {r['o_bf16_floor']:.2e} |")
-    for mk, m_ in sorted(metas.items()):
-        for name, r in m_.items():
-            if mk.startswith("time") and isinstance(r, dict):
-                print(f"time {name}: " + " ".join(f"{kk}={vv:.4f}" if isinstance(vv, float) else f"{kk}={vv}"
-                                                  for kk, vv in r.items()))
     bad = [(r["case"], lib) for r in rows for lib in LIBS if r.get(lib) and not r[lib]["same_inputs"]]
     if bad:
         print(f"INPUT CHECKSUM MISMATCH (not the reference's inputs): {bad}")
@@ -503,8 +370,7 @@ def main():
     os.makedirs(ARGS.dir, exist_ok=True)
     names = [c for c in ARGS.cases.split(",") if c]
     torch.set_grad_enabled(False)
-    fn = {"ref": role_ref, "dk": role_dk, "fi": role_fi, "fla": role_fla, "merge": role_merge,
-          "time": role_time}[ARGS.role]
+    fn = {"ref": role_ref, "dk": role_dk, "fi": role_fi, "fla": role_fla, "merge": role_merge}[ARGS.role]
     base = ARGS.tag or (f"dk{ARGS.variant}" if ARGS.role == "dk" and ARGS.variant != SPLIT_VARIANT else ARGS.role)
     tag = base if names == DEFAULT_CASES else base + "_" + "_".join(names)
     try:

@@ -28,36 +28,50 @@ if [ "${1:-}" = stash ]; then
 fi
 
 if [ "${1:-}" = extra ]; then
-  # call 3 (optional, carry as call 2; needs call 2's /tmp/site on the same warm machine for FlashInfer): deltakit's
-  # default (225489) next to 209 (the session-7 default: no CP / pair / wgmma local pass) and 465 (= 209 without the
-  # state kernel's bf16 lo-part products: one bf16 product each, below the contract) -- accuracy vs float64 and GPU
-  # time, with FlashInfer timed in the same process; + the benchmark's 9B 8 x 8192 shape.
+  # call 3 (optional; carry .anchor-kit-py/py .gpu-gdrdec/c2 after a stash call on the same warm machine): the prefill
+  # three-way row of tools/bench_anchors_gdr.py with deltakit = the library default (--dk-split-lib) next to 209 (the
+  # session-7 default: no CP / pair / wgmma local pass) and 465 (= 209 without the state kernel's bf16 lo-part
+  # products: one bf16 product each, below the contract), FlashInfer timed in the same process; and the accuracy of
+  # 225489 / 209 / 465 against float64 (tools/gdr_anchor_accuracy.py) on the six cases of call 2.
   acc=/tmp/acc3
-  rm -rf "$acc"; mkdir -p "$acc"
-  mkdir -p "$site"
+  rm -rf "$acc" /tmp/acc3_done; mkdir -p "$acc" "$site"
   [ -f "$site/flashinfer/__init__.py" ] || tar -xJf .anchor-kit-py/py/site-py.tar.xz -C "$site"
+  for _ in $(seq 80); do [ -f "$site/.libs_done" ] && break; sleep 0.5; done
   [ -f "$site/.libs_done" ] || echo "no site-libs on this machine: FlashInfer will fail (call 1 not on this machine)"
   export PYTHONUNBUFFERED=1 PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages"
   A=tools/gdr_anchor_accuracy.py
   L=.gpu-gdrdec/c2/libdk_gdr_prefill_head.so
-  all=tp1_8k,tp2_8k,9b_64k,9b_varlen,tp1_8k_testgates,tp2_8k_corrk,9b_8x8k
+  rm -rf /tmp/acc3_barrier /tmp/acc3.lock
+  bpids=()
+  # two processes: FlashInfer's compiles (non-CP / CP kernel sets) in parallel, the timed phases one at a time
+  for grp in tp1,9b8 tp2,9b64k; do
+    (timeout 200 python3 tools/bench_anchors_gdr.py --site "$site" --libs dk,fi --skip-decode --prefill "$grp" \
+       --dk-split-lib "$L" --dk-split-variants 225489,209,465 --prepass --wait-file /tmp/acc3_done \
+       --lock-file /tmp/acc3.lock --barrier /tmp/acc3_barrier:2 --budget-s 180 --out "/tmp/prefill3_${grp%%,*}.json" \
+       >/dev/null 2>"/tmp/acc3_bench_${grp%%,*}.log"; echo "rc=$?" >>"/tmp/acc3_bench_${grp%%,*}.log") &
+    bpids+=($!)
+  done
   pids=()
-  for r in "ref:--role ref" "dk:--role dk" "dk209:--role dk --variant 209" "dk465:--role dk --variant 465" \
-           "fi:--role fi --site $site"; do
-    (timeout 120 python3 "$A" --dir "$acc" --dk-lib "$L" --cases "$all" ${r#*:} >"/tmp/acc3_${r%%:*}.log" 2>&1
+  for r in "ref:--role ref" "dk:--role dk" "dk209:--role dk --variant 209" "dk465:--role dk --variant 465"; do
+    (timeout 120 python3 "$A" --dir "$acc" --dk-lib "$L" ${r#*:} >"/tmp/acc3_${r%%:*}.log" 2>&1
      echo "rc=$?" >>"/tmp/acc3_${r%%:*}.log") &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
+  touch /tmp/acc3_done
   echo "accuracy roles done at $(el)"
-  timeout 150 python3 "$A" --dir "$acc" --dk-lib "$L" --role time --site "$site" --cases tp1_8k,tp2_8k,9b_8x8k,9b_64k \
-    >/tmp/acc3_time.log 2>&1; echo "rc=$?" >>/tmp/acc3_time.log
-  echo "timing done at $(el)"
-  timeout 100 python3 "$A" --dir "$acc" --role merge --cases "$all" --libs dk,dk209,dk465,fi --out "$out/acc3.json" \
-    >"$out/acc3.txt" 2>/tmp/acc3_merge.log; echo "rc=$?" >>/tmp/acc3_merge.log
+  (CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=8 timeout 150 python3 "$A" --dir "$acc" --role merge --dev cpu \
+     --libs dk,dk209,dk465 --out "$out/acc3.json" >"$out/acc3.txt" 2>/tmp/acc3_merge.log
+   echo "rc=$?" >>/tmp/acc3_merge.log)
+  echo "merge done at $(el)"
+  for p in "${bpids[@]}"; do wait "$p"; done
+  python3 tools/bench_anchors_gdr.py --merge /tmp/prefill3_*.json --out "$out/prefill3.json" >"$out/prefill3.txt" 2>&1
+  echo "prefill timing done at $(el)"
   for f in /tmp/acc3_*.log; do echo "=== $f"; cat "$f"; done >"$out/logs3.txt" 2>&1
   for f in /tmp/acc3_*.log; do echo "--- $f"; grep -v "^\s*$" "$f" | tail -n 3; done
-  echo "==== deltakit 225489 / 209 / 465 and FlashInfer: accuracy vs float64, GPU ms  [$(el)]"
+  echo "==== prefill (tools/bench_anchors_gdr.py, deltakit = the split pipeline)"
+  cat "$out/prefill3.txt"
+  echo "==== deltakit 225489 / 209 / 465 vs float64  [$(el)]"
   cat "$out/acc3.txt"
   exit 0
 fi
