@@ -7,6 +7,10 @@
 #   libdk_gdr_decode.so  gdr.decode (library dispatch + the fixed configurations of tools/tune/gdr_decode_lib.cu)
 #   libdk_stream.so      conv1d.prefill / conv1d.update / norm.* with their forced configurations
 #                        (tools/tune/{conv1d,conv1d_update,norm}_tune_lib.cu) for tools/bench_anchors_gdr.py --streaming
+#   libdk_gdr_prefill_head.so  (GDR_DECODE_BUNDLE_PREFILL=1) gdr.chunk_prefill's sm_90a split pipeline from the csrc/ of
+#                        a commit (GDR_DECODE_BUNDLE_PREFILL_REV, default HEAD: git archive, so other uncommitted work
+#                        in a shared checkout stays out) for tools/dk_split_prefill.py (tools/bench_anchors_gdr.py
+#                        --dk-split-lib, tools/gdr_anchor_accuracy.py)
 # Run from the repository root after `tools/setup-toolchain`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -45,6 +49,14 @@ fi
 if [ -z "${GDR_DECODE_BUNDLE_SKIP_STREAM:-}" ]; then  # set: no libdk_stream.so (a decode-only call)
   "${nv[@]}" -o "$bd/libdk_stream.so" tools/tune/conv1d_tune_lib.cu tools/tune/conv1d_update_tune_lib.cu \
     csrc/norm/rms.cu tools/tune/norm_tune_lib.cu csrc/common/status.cu
+fi
+if [ -n "${GDR_DECODE_BUNDLE_PREFILL:-}" ]; then
+  src="$(mktemp -d)"
+  git archive "${GDR_DECODE_BUNDLE_PREFILL_REV:-HEAD}" csrc | tar -x -C "$src"
+  "${nv[@]/-Icsrc\/include/-I$src/csrc/include}" -lineinfo --expt-relaxed-constexpr -Xptxas -warn-spills \
+    -o "$bd/libdk_gdr_prefill_head.so" "$src/csrc/gdr/chunk_prefill_fused_sm90.cu" \
+    "$src/csrc/gdr/chunk_local_wgmma_sm90.cu" "$src/csrc/common/status.cu"
+  rm -rf "$src"
 fi
 [ -n "$dpid" ] && wait "$dpid"
 strip "$bd"/*.so || true
