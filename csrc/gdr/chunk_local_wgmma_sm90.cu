@@ -1,5 +1,7 @@
-// gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (variant bit 131072, session 9; in the
-// default 225489; see chunk_local_wgmma_sm90.h). Same job and output as split_local_kernel<64 | 1 | 16384> in chunk_prefill_fused_sm90.cu
+// gdr.chunk_prefill split pipeline, sm_90a: the chunk-local pass on wgmma (variant bit 131072, session 9; session 10's
+// form local_wgmma_kernel<7> (bits 262144 | 524288 | 1048576) in the default 2060497, <0> in 225489; see
+// chunk_local_wgmma_sm90.h). Same job and output as split_local_kernel<64 | 1 | 16384> in
+// chunk_prefill_fused_sm90.cu
 // (one CTA per (chunk id, key head), 128 threads = one warpgroup, 4 CTAs / SM, the per-value-head stage image):
 //   gating (fused or precomputed, clamped at -64), gc = chunk-local inclusive cumsum, rn = q / k L2-norm factors;
 //   A  = beta_t rn_t rn_s e^{gc_t - gc_s} (k_t . k_s)  (s < t),  P = rn_q scale rn_k e^{gc_t - gc_s} (q_t . k_s) (s <= t)
@@ -14,7 +16,11 @@
 //                W30 = A30 D0
 //       phase 2: T31 = -(T32 X21 + D3 X31) | X20 = W20 + A21 T10, T20 = -D2 X20 | X30 = W30 + A31 T10
 //       phase 3: T30 = -(T32 X20 + D3 X30)
-//     (D_i = T_ii; same products as the levels up to association, each a bf16 hi / lo triple, ~2^-16 relative).
+//     (D_i = T_ii; same products as the levels up to association, each a bf16 hi / lo triple, ~2^-16 relative);
+//     kL bit 1 (session 10) schedules phases 1 / 2 at <= 2 products per warp (serial depth 5):
+//       phase 1: T10 | T32 | X21, T21 | X31, W20
+//       phase 2: X20 = W20 + A21 T10, T20 | T31 | X30 = A30 D0 + A31 T10
+// H200 (2026-12-02, ncu, 27B TP1 1 x 8192): <0> 167.1 us, <1> 153.2, <7> 136.5 (47.6 M instructions vs 56.7 M).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -39,7 +45,12 @@ constexpr int kLdX = 24;
 constexpr uint32_t kX = 24576;                       // 4 x f32 [16][24] per-warp scratch over Q's second 64-column panel (dead after Q K^T)
 constexpr uint32_t kSmem = kTm + 64 * kLd * 4;       // 53,504
 constexpr uint32_t kSmemAlloc = kSmem + 1024;        // + the slack to align the base to 1024 (128-byte swizzle atoms)
-static_assert(kX + 4 * 16 * kLdX * 4 <= kVec && kRVec <= kX, "local pass aliasing");
+// Variant bit 262144 (session 10): column decay vectors C_I [4][64] (rows I = 1..3) and the next value head's gating
+// buffer [2][64] (g cumsum per warp, beta) in the 2 KB between the warps' scratch and the vectors (Q's second panel,
+// dead after Q K^T).
+constexpr uint32_t kCf = kX + 4 * 16 * kLdX * 4;     // 30,720
+constexpr uint32_t kGb = kCf + 4 * 64 * 4;           // 31,744
+static_assert(kGb + 2 * 64 * 4 <= kVec && kRVec <= kX, "local pass aliasing");
 static_assert(4 * (kSmemAlloc + 1024) <= 233472, "4 CTAs / SM");
 
 #pragma nv_diag_suppress 177
@@ -197,6 +208,16 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Bulk copy (TMA, no tensor map) of `bytes` (multiple of 16) from shared memory to global memory (both 16-aligned).
+__device__ __forceinline__ void bulk_s2g(void* gdst, uint32_t ssrc, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gdst), "r"(ssrc), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {  // <= N bulk groups of this thread still reading shared memory
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void fence_acc(float (&r)[8][4]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i)
@@ -219,8 +240,25 @@ __device__ __forceinline__ void wg_ss(float (&d)[8][4], uint64_t da, uint64_t db
 }
 #endif  // DK_GDR_LW_SM90A
 
+// kV2 (variant bit 262144, session 10): (1) the A / P tiles below each warp's diagonal block take their decay as a
+// row factor e^{gc_t - gc_16I} times a column factor e^{gc_16I - gc_s} (I = the warp's row block; both exponents <= 0
+// as gc is non-increasing), so those elements cost 4 FMUL instead of a MUFU exp, its clamp and the masks; (2) warps 2-3
+// do the gating (loads, softplus / sigmoid, per-warp scan) of every value head, the next head's during phase 3 of the
+// inverse (where they are idle) into a buffer, which removes the per-head gating barrier and warps 0-1's serial gating.
+// kL bit 2 (with bit 1; variant bit 524288, session 10): the epilogue -> diagonal inverse hand-off by __syncwarp (each
+// warp inverts the diagonal block it wrote) instead of a CTA barrier.
+// kL bit 4 (with bit 1; variant bit 1048576, session 10): the image leaves shared memory by two bulk copies (TMA) that
+// thread 0 issues instead of the 128 threads' LDS / ST loop: P and the vectors right after the epilogue (both final
+// there), Tb after its stores; the reads are waited for before the next head's decay step (P / vectors) and before its
+// epilogue (Tb), and before the CTA exits.
+template <int kL>
 __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillFusedParams p,
                                                              const DkGdrPrefillSplitWs w) {
+  constexpr bool kV2 = (kL & 1) != 0;
+  constexpr bool kBulk = (kL & 4) != 0;
+  constexpr bool kNoEpiBar = (kL & 2) != 0;
+  static_assert(!kBulk || kV2, "the bulk copy-out relies on kV2's vectors being final after the decay step");
+  static_assert(!kNoEpiBar || kV2, "variant bit 524288 is on 262144 only");
 #ifdef DK_GDR_LW_SM90A
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem =
@@ -250,6 +288,8 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
   float* sA = reinterpret_cast<float*>(smem);  // swizzled f32 A over the dead K tile / the Tb hi / lo bytes
   float* sT = reinterpret_cast<float*>(smem + kTm);
   float* sX = reinterpret_cast<float*>(smem + kX) + lw * 16 * kLdX;
+  float* cf = reinterpret_cast<float*>(smem + kCf);  // kV2: C_I[s] = e^{gc_16I - gc_s} rk_s at cf[64 I + s], s < 16 I
+  float* gbuf = reinterpret_cast<float*>(smem + kGb);  // kV2: the next head's g cumsum per warp [64], beta [64]
   unsigned char* stg = smem;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // K / Q rows (zero-filled past n) into the two 64-column panels
@@ -261,12 +301,15 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
     cp_async16(sbase + kOQ + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
   }
   cp_async_commit();
-  // Gate inputs of row lt (threads lt < 64) for value head hv: raw a / b (fused) or g / beta, loaded one head ahead.
-  const bool grow = lt < n;
+  // Gate inputs of row lt & 63 (threads lt < 64; kV2: lt >= 64) for value head hv: raw a / b (fused) or g / beta,
+  // loaded one head ahead.
+  const bool gthr = kV2 ? lt >= 64 : lt < 64;
+  const int grw = kV2 ? lt - 64 : lt;  // the gating row of a gating thread
+  const bool grow = grw < n;
   float ra = 0.f, rb = 0.f, ral = 0.f, rdt = 0.f;
   auto gate_load = [&](int hv) {
-    if (lt < 64 && grow) {
-      const int64_t gt = t0 + lt;
+    if (gthr && grow) {
+      const int64_t gt = t0 + grw;
       if (p.fused) {
         ral = reinterpret_cast<const float*>(p.a_log)[hv];
         rdt = reinterpret_cast<const float*>(p.dt_bias)[hv];
@@ -278,7 +321,7 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       }
     }
   };
-  auto gate_scan = [&]() {  // gating of row lt + inclusive scan per warp (warps 0, 1)
+  auto gate_scan = [&](float* dst) {  // gating of row lt & 63 + inclusive scan per warp (warps 0, 1; kV2: 2, 3)
     float gg = 0.f, be = 0.f;
     if (grow) {
       if (p.fused) {
@@ -302,11 +345,12 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       const float y = __shfl_up_sync(0xffffffffu, sc, o);
       if (lane >= o) sc += y;
     }
-    vec[kGpart * 64 + lt] = sc;
-    vec[kBeta * 64 + lt] = be;
+    dst[grw] = sc;  // dst = vec (kGpart 0, kBeta 1) or gbuf: same [2][64] layout
+    dst[64 + grw] = be;
   };
+  static_assert(kGpart == 0 && kBeta == 1, "gate_scan's destination layout");
   gate_load(hv0);
-  if (lt < 64) gate_scan();
+  if (gthr) gate_scan(vec);
   cp_async_wait_all();
   fence_proxy_async_smem();  // this thread's cp.async-written tile bytes -> the tensor cores' async proxy
   __syncthreads();
@@ -358,17 +402,23 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
 #pragma unroll 1
   for (int j = 0; j < ratio; ++j) {
     const int hv = hv0 + j;
-    if (j > 0) {  // this head's gates (loaded during the previous head), then the next head's loads
-      if (lt < 64) gate_scan();
+    if (!kV2 && j > 0) {  // this head's gates (loaded during the previous head), then the next head's loads
+      if (lt < 64) gate_scan(vec);
       __syncthreads();
     }
     if (j + 1 < ratio) gate_load(hv + 1);
     {  // per-row decay factors of head hv: lt < 64 key row lt, else query row lt - 64
       const int row = lt & 63;
-      const float gc = vec[kGpart * 64 + row] + (row >= 32 ? vec[kGpart * 64 + 31] : 0.f);
-      const float glast = vec[kGpart * 64 + 63] + vec[kGpart * 64 + 31];
+      const float* gsrc = (kV2 && j > 0) ? gbuf : vec;  // kV2: head j > 0's gating is in the buffer (phase 3)
+      const float gp = gsrc[row];
+      const float gc = gp + (row >= 32 ? gsrc[31] : 0.f);
+      const float glast = gsrc[63] + gsrc[31];
       const bool valid = row < n;
       if (lt < 64) {
+        if (kV2 && j > 0) {
+          vec[kGpart * 64 + row] = gp;
+          vec[kBeta * 64 + row] = gsrc[64 + row];
+        }
         const float rn = vec[kRnk * 64 + row];
         vec[kGc * 64 + row] = gc;
         vec[kXsc * 64 + row] = valid ? dexp(gc) * rn : 0.f;
@@ -376,8 +426,15 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
         if (row == 0) vec[kMisc * 64] = dexp(glast);
       } else {
         vec[kQsc * 64 + row] = valid ? vec[kRnq * 64 + row] * dexp(gc) : 0.f;
+        if (kV2) {  // column factors of the tiles below the diagonal blocks: C_I[s], s = row < 16 I
+          const float rk = vec[kRnk * 64 + row];
+#pragma unroll
+          for (int I = 1; I < 4; ++I)
+            if (row < 16 * I) cf[64 * I + row] = dexp(gsrc[16 * I] + (I >= 2 ? gsrc[31] : 0.f) - gc) * rk;
+        }
       }
     }
+    if (kBulk && j > 0 && lt == 0) bulk_wait_read<0>();  // the previous head's Tb copy read (the epilogue overwrites)
     __syncthreads();
     {  // A / P epilogue: decays, beta, norms; A -> sA (f32), P -> the image (bf16). Rows t_h = m0 + g + 8 h of the
        // warp; the column vectors of an n8 tile loaded once for both rows (same products in the same order as before)
@@ -388,6 +445,16 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
         bt[h] = vec[kBeta * 64 + t] * vec[kRnk * 64 + t];
         rq[h] = vec[kRnq * 64 + t];
         gct[h] = vec[kGc * 64 + t];
+      }
+      float at[2], ptf[2];  // kV2: row factors of the tiles below the diagonal block (rows of block lw, pivot 16 lw)
+      if (kV2) {
+        const float gb = vec[kGc * 64 + m0];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float r = dexp(gct[h] - gb);
+          at[h] = bt[h] * r;
+          ptf[h] = rq[h] * r;
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -401,6 +468,17 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
         if (nt > 2 * lw + 1) {  // above the warp's diagonal block (warp-uniform): P zero, A never read
           *pdst[0] = 0u;
           *pdst[1] = 0u;
+          continue;
+        }
+        if (kV2 && nt < 2 * lw) {  // below the diagonal block: every s < t; decay = row factor x column factor
+          const float2 c2 = *reinterpret_cast<const float2*>(cf + 64 * lw + s);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int t = m0 + g + 8 * h;
+            *reinterpret_cast<float2*>(sA + a4_idx(t, s)) =
+                make_float2(a[nt][2 * h] * at[h] * c2.x, a[nt][2 * h + 1] * at[h] * c2.y);
+            *pdst[h] = pack_bf(pp[nt][2 * h] * ptf[h] * c2.x, pp[nt][2 * h + 1] * ptf[h] * c2.y);
+          }
           continue;
         }
         const float2 rk2 = *reinterpret_cast<const float2*>(vec + kRnk * 64 + s);
@@ -421,7 +499,19 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
         }
       }
     }
-    __syncthreads();
+    if (kBulk) fence_proxy_async_smem();  // P (here) and the vectors (decay step) -> the bulk copy's async proxy
+    // kL bit 2: the diagonal inverse of warp lw reads only A's block (lw, lw), which warp lw itself wrote above, and
+    // writes only Tm's block (lw, lw): a warp barrier is enough, and no warp waits for the slowest one's epilogue.
+    if (kNoEpiBar)
+      __syncwarp();
+    else
+      __syncthreads();
+    if (kBulk && !kNoEpiBar && lt == 0) {  // P and the vectors are final: their copy runs under the inverse
+      unsigned char* const img_g = reinterpret_cast<unsigned char*>(w.img + uint64_t(pc * HV + hv) * kStRest);
+      bulk_s2g(img_g + kOP, sbase + kOP, kRVec - kOP);
+      bulk_s2g(img_g + kRVec, sbase + kVec, kStRest - kRVec);
+      bulk_commit();
+    }
     {  // diagonal blocks D_lw = (I + A_{lw,lw})^-1: warp lw, lanes c and c + 16 own column c (forward substitution;
        // lane half hf sums the terms m = hf (mod 2), one shuffle per row adds the halves)
       const int cidx = lane & 15, hf = lane >> 4;
@@ -442,6 +532,12 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       }
     }
     __syncthreads();
+    if (kBulk && kNoEpiBar && lt == 0) {  // (every warp's P stores and fence are before the barrier above)
+      unsigned char* const img_g = reinterpret_cast<unsigned char*>(w.img + uint64_t(pc * HV + hv) * kStRest);
+      bulk_s2g(img_g + kOP, sbase + kOP, kRVec - kOP);
+      bulk_s2g(img_g + kRVec, sbase + kVec, kStRest - kRVec);
+      bulk_commit();
+    }
     // Blocked off-diagonal part (see the file comment). Accessors: B operand from Tm (ld 72), the warp's scratch
     // (ld 24) or an intermediate block s of the swizzled A array.
     auto bT = [&](int bi, int bj) {
@@ -456,56 +552,107 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
     const auto bX = [&](int k, int nn) { return sX[k * kLdX + nn]; };
     auto fT = [&](int bi, int bj) { return frag_ld(sT + (16 * bi) * kLd + 16 * bj, kLd, lane); };
     float acc[2][4];
-    // Phase 1
-    if (lw <= 1) {  // T10 = -D1 (A10 D0) | T32 = -D3 (A32 D2)
-      const int i = 1 + 2 * lw, jb = 2 * lw;
-      zero(acc);
-      mm16(acc, frag_a4(sA, 16 * i, 16 * jb, lane), bT(jb, jb), lane);
-      st_ld(sX, kLdX, acc, 1.f, lane);
-      __syncwarp();
-      zero(acc);
-      mm16(acc, fT(i, i), bX, lane);
-      st_ld(sT + (16 * i) * kLd + 16 * jb, kLd, acc, -1.f, lane);
-    } else if (lw == 2) {  // X21 = A21 D1 -> block 0, T21 = -D2 X21; W20 = A20 D0 (-> scratch)
-      zero(acc);
-      mm16(acc, frag_a4(sA, 32, 16, lane), bT(1, 1), lane);
-      st_a4(sA, 0, 32, acc, lane);
-      zero(acc);
-      mm16(acc, frag_a4(sA, 32, 0, lane), bT(0, 0), lane);
-      st_ld(sX, kLdX, acc, 1.f, lane);
-      __syncwarp();
-      zero(acc);
-      mm16(acc, fT(2, 2), bS(0), lane);
-      st_ld(sT + 32 * kLd + 16, kLd, acc, -1.f, lane);
-    } else {  // X31 = A31 D1 -> block 1; W30 = A30 D0 (-> scratch)
-      zero(acc);
-      mm16(acc, frag_a4(sA, 48, 16, lane), bT(1, 1), lane);
-      st_a4(sA, 0, 48, acc, lane);
-      zero(acc);
-      mm16(acc, frag_a4(sA, 48, 0, lane), bT(0, 0), lane);
-      st_ld(sX, kLdX, acc, 1.f, lane);
+    if (kV2) {  // phases 1 / 2 at <= 2 products per warp (serial depth 5 instead of 6; same products and sums)
+      // Phase 1
+      if (lw <= 1) {  // T10 = -D1 (A10 D0) | T32 = -D3 (A32 D2)
+        const int i = 1 + 2 * lw, jb = 2 * lw;
+        zero(acc);
+        mm16(acc, frag_a4(sA, 16 * i, 16 * jb, lane), bT(jb, jb), lane);
+        st_ld(sX, kLdX, acc, 1.f, lane);
+        __syncwarp();
+        zero(acc);
+        mm16(acc, fT(i, i), bX, lane);
+        st_ld(sT + (16 * i) * kLd + 16 * jb, kLd, acc, -1.f, lane);
+      } else if (lw == 2) {  // X21 = A21 D1 -> block 0, T21 = -D2 X21
+        zero(acc);
+        mm16(acc, frag_a4(sA, 32, 16, lane), bT(1, 1), lane);
+        st_a4(sA, 0, 32, acc, lane);
+        __syncwarp();
+        zero(acc);
+        mm16(acc, fT(2, 2), bS(0), lane);
+        st_ld(sT + 32 * kLd + 16, kLd, acc, -1.f, lane);
+      } else {  // X31 = A31 D1 -> block 1; W20 = A20 D0 (-> this warp's scratch)
+        zero(acc);
+        mm16(acc, frag_a4(sA, 48, 16, lane), bT(1, 1), lane);
+        st_a4(sA, 0, 48, acc, lane);
+        zero(acc);
+        mm16(acc, frag_a4(sA, 32, 0, lane), bT(0, 0), lane);
+        st_ld(sX, kLdX, acc, 1.f, lane);
+      }
+      __syncthreads();
+      // Phase 2
+      if (lw == 0) {  // X20 = W20 (warp 3's scratch) + A21 T10 -> block 2, T20 = -D2 X20
+        ld_acc(acc, sX + 3 * 16 * kLdX, kLdX, lane);
+        mm16(acc, frag_a4(sA, 32, 16, lane), bT(1, 0), lane);
+        st_a4(sA, 16, 32, acc, lane);
+        __syncwarp();
+        zero(acc);
+        mm16(acc, fT(2, 2), bS(2), lane);
+        st_ld(sT + 32 * kLd, kLd, acc, -1.f, lane);
+      } else if (lw == 1) {  // T31 = -(T32 X21 + D3 X31)
+        zero(acc);
+        mm16(acc, fT(3, 2), bS(0), lane);
+        mm16(acc, fT(3, 3), bS(1), lane);
+        st_ld(sT + 48 * kLd + 16, kLd, acc, -1.f, lane);
+      } else if (lw == 2) {  // X30 = A30 D0 + A31 T10 -> block 3
+        zero(acc);
+        mm16(acc, frag_a4(sA, 48, 0, lane), bT(0, 0), lane);
+        mm16(acc, frag_a4(sA, 48, 16, lane), bT(1, 0), lane);
+        st_a4(sA, 16, 48, acc, lane);
+      }
+      __syncthreads();
+    } else {
+      // Phase 1
+      if (lw <= 1) {  // T10 = -D1 (A10 D0) | T32 = -D3 (A32 D2)
+        const int i = 1 + 2 * lw, jb = 2 * lw;
+        zero(acc);
+        mm16(acc, frag_a4(sA, 16 * i, 16 * jb, lane), bT(jb, jb), lane);
+        st_ld(sX, kLdX, acc, 1.f, lane);
+        __syncwarp();
+        zero(acc);
+        mm16(acc, fT(i, i), bX, lane);
+        st_ld(sT + (16 * i) * kLd + 16 * jb, kLd, acc, -1.f, lane);
+      } else if (lw == 2) {  // X21 = A21 D1 -> block 0, T21 = -D2 X21; W20 = A20 D0 (-> scratch)
+        zero(acc);
+        mm16(acc, frag_a4(sA, 32, 16, lane), bT(1, 1), lane);
+        st_a4(sA, 0, 32, acc, lane);
+        zero(acc);
+        mm16(acc, frag_a4(sA, 32, 0, lane), bT(0, 0), lane);
+        st_ld(sX, kLdX, acc, 1.f, lane);
+        __syncwarp();
+        zero(acc);
+        mm16(acc, fT(2, 2), bS(0), lane);
+        st_ld(sT + 32 * kLd + 16, kLd, acc, -1.f, lane);
+      } else {  // X31 = A31 D1 -> block 1; W30 = A30 D0 (-> scratch)
+        zero(acc);
+        mm16(acc, frag_a4(sA, 48, 16, lane), bT(1, 1), lane);
+        st_a4(sA, 0, 48, acc, lane);
+        zero(acc);
+        mm16(acc, frag_a4(sA, 48, 0, lane), bT(0, 0), lane);
+        st_ld(sX, kLdX, acc, 1.f, lane);
+      }
+      __syncthreads();
+      // Phase 2
+      if (lw == 0) {  // T31 = -(T32 X21 + D3 X31)
+        zero(acc);
+        mm16(acc, fT(3, 2), bS(0), lane);
+        mm16(acc, fT(3, 3), bS(1), lane);
+        st_ld(sT + 48 * kLd + 16, kLd, acc, -1.f, lane);
+      } else if (lw == 2) {  // X20 = W20 + A21 T10 -> block 2, T20 = -D2 X20
+        ld_acc(acc, sX, kLdX, lane);
+        mm16(acc, frag_a4(sA, 32, 16, lane), bT(1, 0), lane);
+        st_a4(sA, 16, 32, acc, lane);
+        __syncwarp();
+        zero(acc);
+        mm16(acc, fT(2, 2), bS(2), lane);
+        st_ld(sT + 32 * kLd, kLd, acc, -1.f, lane);
+      } else if (lw == 3) {  // X30 = W30 + A31 T10 -> block 3
+        ld_acc(acc, sX, kLdX, lane);
+        mm16(acc, frag_a4(sA, 48, 16, lane), bT(1, 0), lane);
+        st_a4(sA, 16, 48, acc, lane);
+      }
+      __syncthreads();
     }
-    __syncthreads();
-    // Phase 2
-    if (lw == 0) {  // T31 = -(T32 X21 + D3 X31)
-      zero(acc);
-      mm16(acc, fT(3, 2), bS(0), lane);
-      mm16(acc, fT(3, 3), bS(1), lane);
-      st_ld(sT + 48 * kLd + 16, kLd, acc, -1.f, lane);
-    } else if (lw == 2) {  // X20 = W20 + A21 T10 -> block 2, T20 = -D2 X20
-      ld_acc(acc, sX, kLdX, lane);
-      mm16(acc, frag_a4(sA, 32, 16, lane), bT(1, 0), lane);
-      st_a4(sA, 16, 32, acc, lane);
-      __syncwarp();
-      zero(acc);
-      mm16(acc, fT(2, 2), bS(2), lane);
-      st_ld(sT + 32 * kLd, kLd, acc, -1.f, lane);
-    } else if (lw == 3) {  // X30 = W30 + A31 T10 -> block 3
-      ld_acc(acc, sX, kLdX, lane);
-      mm16(acc, frag_a4(sA, 48, 16, lane), bT(1, 0), lane);
-      st_a4(sA, 16, 48, acc, lane);
-    }
-    __syncthreads();
     // Phase 3: T30 = -(T32 X20 + D3 X30), its 8-column halves on warps 0 / 1
     if (lw <= 1) {
       float acc1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -514,12 +661,26 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       float* dst = sT + 48 * kLd + 8 * lw;
       *reinterpret_cast<float2*>(dst + g * kLd + 2 * q) = make_float2(-acc1[0], -acc1[1]);
       *reinterpret_cast<float2*>(dst + (g + 8) * kLd + 2 * q) = make_float2(-acc1[2], -acc1[3]);
+    } else if (kV2 && j + 1 < ratio) {  // warps 2-3 (idle here): the next head's gating into the buffer
+      gate_scan(gbuf);
     }
     __syncthreads();
     // Tb = Tm diag(beta) (lower triangle incl. the diagonal) -> bf16 hi / lo tiles of the image.
+    // kV2: warp lw stores the 32-row x 8-column items (rows 32, chunk lw), (rows 32, chunk lw + 4), (rows 0, chunk lw)
+    // with the products and (rows 0, chunk lw + 4) as zeros (above the diagonal: s >= 32 > t), instead of 4 rows x 8
+    // chunks per iteration (where the zero chunks are lane-divergent and cost the full path).
+    if (kV2) {
+      const int t = lane, ch = lw + 4;
+      const uint32_t off = uint32_t(t * 128) + (uint32_t((ch ^ (t & 7))) << 4);
+      *reinterpret_cast<uint4*>(stg + kOTh + off) = make_uint4(0u, 0u, 0u, 0u);
+      *reinterpret_cast<uint4*>(stg + kOTl + off) = make_uint4(0u, 0u, 0u, 0u);
+    }
 #pragma unroll
-    for (int it = 0; it < 4; ++it) {
-      const int idx = lt + 128 * it, t = idx >> 3, ch = idx & 7, s0 = ch * 8;
+    for (int it = 0; it < (kV2 ? 3 : 4); ++it) {
+      const int idx = lt + 128 * it;
+      const int t = kV2 ? (it < 2 ? 32 : 0) + lane : idx >> 3;
+      const int ch = kV2 ? lw + (it == 1 ? 4 : 0) : idx & 7;
+      const int s0 = ch * 8;
       const float4 u0 = *reinterpret_cast<const float4*>(sT + t * kLd + s0);
       const float4 u1 = *reinterpret_cast<const float4*>(sT + t * kLd + s0 + 4);
       const float x[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
@@ -538,14 +699,25 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       *reinterpret_cast<uint4*>(stg + kOTh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(stg + kOTl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
+    if (kBulk) fence_proxy_async_smem();  // Tb -> the bulk copy's async proxy
     __syncthreads();
-    uint4* img = reinterpret_cast<uint4*>(w.img + uint64_t(pc * HV + hv) * kStRest);
-    for (int idx = lt; idx < int(kStRest / 16); idx += 128) {
-      const uint32_t b = uint32_t(idx) * 16u;
-      img[idx] = *reinterpret_cast<const uint4*>(b < kRVec ? smem + b : smem + kVec + (b - kRVec));
+    if (kBulk) {
+      if (lt == 0) {
+        unsigned char* const img_g = reinterpret_cast<unsigned char*>(w.img + uint64_t(pc * HV + hv) * kStRest);
+        bulk_s2g(img_g + kOTh, sbase + kOTh, kOP - kOTh);  // Tb hi / lo
+        bulk_commit();
+        bulk_wait_read<1>();  // P / vectors read (the next head's decay step overwrites the vectors)
+      }
+    } else {
+      uint4* img = reinterpret_cast<uint4*>(w.img + uint64_t(pc * HV + hv) * kStRest);
+      for (int idx = lt; idx < int(kStRest / 16); idx += 128) {
+        const uint32_t b = uint32_t(idx) * 16u;
+        img[idx] = *reinterpret_cast<const uint4*>(b < kRVec ? smem + b : smem + kVec + (b - kRVec));
+      }
     }
     if (j + 1 < ratio) __syncthreads();  // the copy-out read the image and the vectors the next head overwrites
   }
+  if (kBulk && lt == 0) bulk_wait_read<0>();  // shared memory stays the CTA's until the last copy has read it
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif
@@ -562,10 +734,17 @@ extern "C" dk_status dk_gdr_split_local_wgmma_sm90(const DkGdrPrefillFusedParams
     return DK_ERR_INVALID_ARGUMENT;
   if (ws->nt <= 0) return DK_OK;
   static_assert(kSmemAlloc <= 232448, "shared memory");
-  if (cudaFuncSetAttribute(local_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemAlloc)) !=
-      cudaSuccess)
+  // session 10's forms (see the kernel's comments): bit 262144 -> kL 1; with it, bits 524288 (no epilogue barrier)
+  // -> kL | 2 and 1048576 (bulk copy-out) -> kL | 4
+  const bool v2 = (p->variant & 262144) != 0;
+  const int kl = v2 ? 1 | ((p->variant & 524288) != 0 ? 2 : 0) | ((p->variant & 1048576) != 0 ? 4 : 0) : 0;
+  auto* const kern = kl == 7   ? local_wgmma_kernel<7>
+                     : kl == 5 ? local_wgmma_kernel<5>
+                     : kl == 3 ? local_wgmma_kernel<3>
+                     : kl == 1 ? local_wgmma_kernel<1>
+                               : local_wgmma_kernel<0>;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemAlloc)) != cudaSuccess)
     return dk::launch_status();
-  local_wgmma_kernel<<<dim3(static_cast<unsigned>(ws->nt), static_cast<unsigned>(p->h_k)), 128, kSmemAlloc, stream>>>(
-      *p, *ws);
+  kern<<<dim3(static_cast<unsigned>(ws->nt), static_cast<unsigned>(p->h_k)), 128, kSmemAlloc, stream>>>(*p, *ws);
   return dk::launch_status();
 }

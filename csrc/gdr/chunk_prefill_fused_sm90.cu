@@ -1833,6 +1833,8 @@ namespace {
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
 bool split_variant_known(int v) {
   if (v == 159953 || v == 225489) return true;  // 28881 / 94417 with the local pass on wgmma (bit 131072; session 9)
+  // 225489 + 262144: the wgmma local pass's session-10 form; + 524288 (no epilogue barrier) / + 1048576 (bulk copy-out)
+  if (v == 487633 || v == 1011921 || v == 1536209 || v == 2060497) return true;  // session 10
   switch (v) {
     case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
     case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
@@ -1886,7 +1888,13 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // 159953 = 28881 + 131072 (session 9): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
   if (p->variant == 159953) return launch_cp<28881>(a, s);
-  if (p->variant == 225489) return launch_cp<94417>(a, s);  // = 94417 + 131072: the library default since session 9
+  if (p->variant == 225489) return launch_cp<94417>(a, s);  // = 94417 + 131072: the library default in session 9
+  // 487633 = 225489 + 262144 (session 10): the same routes; dk_gdr_split_local_wgmma_sm90 reads bit 262144 at run time
+  // (factored decays below the diagonal blocks, gating on warps 2-3 during phase 3, Tb stores by 32-row items)
+  // (+ 524288: the epilogue -> diagonal inverse hand-off by a warp barrier; + 1048576: the image copied out by TMA bulk
+  // copies; 1011921 / 1536209 / 2060497, read there too; 2060497 = all three: the library default since session 10)
+  if (p->variant == 487633 || p->variant == 1011921 || p->variant == 1536209 || p->variant == 2060497)
+    return launch_cp<94417>(a, s);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417

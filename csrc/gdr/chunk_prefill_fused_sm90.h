@@ -83,13 +83,19 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * memcheck pass, local pass 194 -> 167 us at 27B TP1, the four benchmark shapes 3-7% faster than 28881), 225489
  * (= 94417 + 131072): the same local pass on 94417's routes (H200 session 9 end check: every GPU test of the library
  * and engine under it, racecheck 0 and memcheck 0 on the chunk-prefill tests, 4.1 / 2.9 / 5.1 / 5.8% faster than 94417
- * at the four benchmark shapes); 94417 (= 28881 +
+ * at the four benchmark shapes); 487633 (= 225489 + 262144, session 10, opt-in): 225489 with the local pass's
+ * session-10 form (the A / P tiles below the diagonal blocks take their decay as a row times a column factor, the
+ * gating of every value head on warps 2-3 (the next head's while they idle in the inverse's last phase), Tb stored by
+ * 32-row items; chunk_local_wgmma_sm90.cu), 1011921 (+ 524288: the epilogue -> diagonal-inverse hand-off by a warp
+ * barrier), 1536209 (+ 1048576: the image copied out of shared memory by TMA bulk copies), 2060497 (both; the default
+ * since session 10: H200 tests 20/20, memcheck 0, racecheck 0 on four chunk-prefill tests, local pass 167 -> 136 us at
+ * 27B TP1, 5.0 / 3.7 / 4.5 / 3.8% faster than 225489 at the four benchmark shapes, same call); 94417 (= 28881 +
  * 65536, session 9): 28881's routes with the mbarrier stage release in every state kernel they take (single CTA, pair
  * CTA, both context-parallel passes; same results; H200: compute-sanitizer racecheck 0 where 28881 reports the
  * named-barrier stage refill, same speed). Every other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before
  * the caller enqueues anything). Environment DELTAKIT_GDR_ROUTE_LOG=1 (diagnostic): one stderr line per state-kernel
- * launch (route, template variant, grid). The library default is 225489 (session 9; 94417 before it in session 9,
- * 28881 in session 8, 209 before). */
+ * launch (route, template variant, grid). The library default is 2060497 (session 10; 225489 in session 9, 94417
+ * before it, 28881 in session 8, 209 before). */
 dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                           dk_stream_t stream);
 

@@ -13,11 +13,13 @@ o=$OUT
 t0=$(date +%s)
 C=${CAND:-159953}
 BS=${BASE:-28881}
-BUNDLE=$B CAND=$C TEST_VARS="$C" TEST_TIMEOUT=100 SAN_TIMEOUT=60 \
-  SAN_RUNS="memcheck:$C:varlen_initial_states,gates_at_the_edge racecheck:$C:varlen_initial_states,gates_at_the_edge" \
-  BENCH_VARS="$BS $C" ENGINE_ROWS=" " KTIME_RUNS="" bash tools/tune/gdr_candidate_verify.sh >"$o/verify.log" 2>&1
+# Session 10: TEST_VARS / SAN_RUNS / BENCH_VARS (gdr_candidate_verify.sh's meaning) and NCU_VARS override the defaults
+# below (several candidates in one call).
+BUNDLE=$B CAND=$C TEST_VARS="${TEST_VARS:-$C}" TEST_TIMEOUT=100 SAN_TIMEOUT=60 \
+  SAN_RUNS="${SAN_RUNS:-memcheck:$C:varlen_initial_states,gates_at_the_edge racecheck:$C:varlen_initial_states,gates_at_the_edge}" \
+  BENCH_VARS="${BENCH_VARS:-$BS $C}" ENGINE_ROWS=" " KTIME_RUNS="" bash tools/tune/gdr_candidate_verify.sh >"$o/verify.log" 2>&1
 bexe="$PWD/$B/bin/$(awk '$1 == "bench" && $3 ~ /^gdr_chunk_prefill-/ {print $3}' "$B/manifest.tsv" | head -n 1)"
-for v in $BS $C; do
+for v in ${NCU_VARS:-$BS $C}; do
   ( cd "$B/root" && DELTAKIT_REQUIRE_GPU=1 DELTAKIT_GDR_SPLIT_VARIANT=$v timeout 45 ncu --kernel-name regex:local \
       --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
@@ -28,7 +30,7 @@ done
 echo "==== summary"
 cat "$o/summary.txt" 2>/dev/null
 tail -n 12 "$o/verify.log"
-for v in $BS $C; do
+for v in ${NCU_VARS:-$BS $C}; do
   echo "== ncu $v"
   grep -E "stalled_[a-z_]+_per_issue_active.ratio +[0-9.]+" "$o/ncu_$v.txt" | awk '$NF > 0.05 {sub(/smsp__average_warps_issue_stalled_/, "", $1); sub(/_per_issue_active.ratio/, "", $1); printf "%s %s; ", $1, $NF} END {print ""}'
   grep -E "local|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Eligible Warps|Stall|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|Executed Ipc A" "$o/ncu_$v.txt" | head -24

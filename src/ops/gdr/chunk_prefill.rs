@@ -391,8 +391,13 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// take (single CTA, pair CTA, both context-parallel passes; the default in session 9 before
 /// 225489); 159953 / 225489 = 28881 / 94417 with the local pass on wgmma
 /// (`csrc/gdr/chunk_local_wgmma_sm90.cu`: SS-wgmma K K^T / Q K^T, 2 x 2 blocked (I + A)^-1, the
-/// same stage image; 225489 the default since session 9's end check); any other value fails the
-/// call with an error before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
+/// same stage image; 225489 the default in session 9); 487633 = 225489 + 262144 (session 10: the
+/// local pass's decays below its diagonal blocks as a row times a column factor, the gating of
+/// every value head on warps 2-3, Tb stored by 32-row items, the inverse's phases at <= 2
+/// products per warp), 1011921 / 1536209 = 487633 + 524288 (the epilogue -> diagonal-inverse
+/// hand-off by a warp barrier) / + 1048576 (the stage image copied out by TMA bulk copies),
+/// 2060497 = both (the default since session 10); any other value fails the call with an error
+/// before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
@@ -407,8 +412,18 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 225489
-/// (session 9's end check) = 94417 with the local pass on wgmma (bit 131072,
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 2060497
+/// (session 10) = 225489 with the local pass's session-10 form (bits 262144 | 524288 | 1048576 of
+/// `csrc/gdr/chunk_local_wgmma_sm90.cu`: the A / P decays below each warp's diagonal block as a
+/// row factor times a column factor (no exp per element there), the gating of every value head on
+/// warps 2-3 while they idle in the inverse, the inverse's phases at <= 2 products per warp, Tb
+/// stored by 32-row items, the epilogue -> diagonal-inverse hand-off by a warp barrier, the stage
+/// image copied out by TMA bulk copies; the same image up to f32 rounding of the decays). H200
+/// 2026-12-02, same call: 0.409 / 0.309 / 1.642 / 2.370 ms vs 225489 0.430 / 0.321 / 1.718 /
+/// 2.463 at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (-5.0 / -3.7 / -4.5 / -3.8%; the local
+/// pass 167.1 -> 136.5 us at 27B TP1 under ncu); GPU tests 20/20 under it, memcheck 0 and
+/// racecheck 0 on four chunk-prefill tests (`docs/benchmarks/2026-12-02-gdr-local-s10.md`).
+/// 225489 (session 9's end check) = 94417 with the local pass on wgmma (bit 131072,
 /// `csrc/gdr/chunk_local_wgmma_sm90.cu`: K K^T / Q K^T as SS-wgmma m64n64k16 once per key head,
 /// (I + A)^-1 as 16 x 16 diagonal inverses and a 2 x 2 blocked form over 32 x 32 blocks; the
 /// same stage image for the state kernel). H200 2026-12-02, same call: 0.428 / 0.320 / 1.752 /
@@ -433,7 +448,7 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 225_489;
+const SPLIT_VARIANT: i32 = 2_060_497;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
