@@ -39,7 +39,7 @@ processes are past their first calls. --merge A.json B.json .. prints one table.
   python3 tools/bench_anchors_gdr.py --site /tmp/site --lib .gpu-gdr/libdk_gdr_decode.so --out r.json \
       [--only SUBSTR,..] [--skip-prefill] [--skip-decode] [--sweep] [--libs dk,fi,fla] [--budget-s 200]
       [--prefill tp1,tp2,9b8,9b64k] [--fla-prefill tp2] [--prefill-variants] [--streaming]
-      [--prepass] [--wait-file F] [--lock-file L] [--dk-split-lib SO [--dk-split-variants 225489,209]]
+      [--prepass] [--wait-file F] [--lock-file L] [--dk-split-lib SO [--dk-split-variants 2060497,209]]
   python3 tools/bench_anchors_gdr.py --merge r1.json r2.json ..
 """
 import argparse
@@ -89,8 +89,9 @@ def parse_args():
     p.add_argument("--dk-split-lib", default="",
                    help="deltakit's prefill = the library default on sm_90a (the split pipeline, "
                    "tools/dk_split_prefill.py) from this .so instead of the Triton pipeline of --dk-lib / --dk-jit")
-    p.add_argument("--dk-split-variants", default="225489",
-                   help="--dk-split-lib: split variants; the first is the row's deltakit, the others rows "
+    p.add_argument("--dk-split-variants", default="",
+                   help="--dk-split-lib: split variants (default: the library's SPLIT_VARIANT, read from "
+                   "src/ops/gdr/chunk_prefill.rs); the first is the row's deltakit, the others rows "
                    "dk:v<variant>")
     p.add_argument("--streaming", action="store_true", help="time conv1d.* / norm.* against the copy ceiling")
     p.add_argument("--prepass", action="store_true", help="run every anchor's first (compiling) call before timing")
@@ -761,7 +762,9 @@ def dk_split_row(row, outs, tf, q, k, v, glog, beta32, cu32, slots, pool_vk, hk,
     """deltakit's prefill row from the library default (the sm_90a split pipeline, --dk-split-lib): the first of
     --dk-split-variants is "dk" (time, output and final states for the comparison with the anchors); the others are
     "dk:v<variant>" rows (time, relative errors vs "dk")."""
-    vars_ = [int(x) for x in ARGS.dk_split_variants.split(",") if x]
+    import dk_split_prefill  # imported with DK_SPLIT (sys.path holds tools/)
+
+    vars_ = [int(x) for x in ARGS.dk_split_variants.split(",") if x] or [dk_split_prefill.SPLIT_VARIANT]
     pool = pool_vk.transpose(-1, -2).contiguous()  # [slot, Hv, K, V]
     o = torch.empty(t, hv, V, device=DEV, dtype=torch.bfloat16)
     for i, var in enumerate(vars_):

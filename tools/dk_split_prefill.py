@@ -14,6 +14,7 @@ initial state from the slots, the state pool f32 [P, H_v, K, V] updated in place
 """
 import ctypes
 import importlib.util
+import re
 import tomllib
 from pathlib import Path
 
@@ -22,7 +23,18 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK = 64  # src/ops/gdr/chunk_prefill.rs CHUNK
 WS_ALIGN = 256  # src/ops/gdr/chunk_prefill.rs WS_ALIGN (region alignment; only the region sizes matter here)
-SPLIT_VARIANT = 225_489  # src/ops/gdr/chunk_prefill.rs SPLIT_VARIANT (the library default)
+
+
+def _library_default_variant() -> int:
+    """The library default: `const SPLIT_VARIANT: i32 = ...;` of src/ops/gdr/chunk_prefill.rs (read, not copied)."""
+    src = (ROOT / "src/ops/gdr/chunk_prefill.rs").read_text()
+    m = re.search(r"const SPLIT_VARIANT: i32 = ([0-9_]+);", src)
+    if m is None:
+        raise RuntimeError("src/ops/gdr/chunk_prefill.rs: `const SPLIT_VARIANT: i32 = ...;` not found")
+    return int(m.group(1).replace("_", ""))
+
+
+SPLIT_VARIANT = _library_default_variant()  # src/ops/gdr/chunk_prefill.rs SPLIT_VARIANT (the library default)
 
 
 class FusedParams(ctypes.Structure):

@@ -10,7 +10,7 @@ checked by a checksum that every role stores next to its outputs):
   ref    float64 chunked form of the recurrence on the GPU in torch (exact algebra, chunk 64, triangular solve in f64;
          L2 norm x / sqrt(sum x^2 + 1e-6) and q * K^-0.5 as DESIGN.md / deltakit-ref; g = log-space decay, beta), plus a
          self-check against the token-by-token float64 recurrence on a prefix of the first case
-  dk     deltakit's default sm_90a split pipeline (variant 225489, or --variant) from a .so of HEAD's
+  dk     deltakit's default sm_90a split pipeline (the library's SPLIT_VARIANT, or --variant) from a .so of HEAD's
          csrc/gdr/chunk_prefill_fused_sm90.cu + chunk_local_wgmma_sm90.cu, called through ctypes exactly as
          src/ops/gdr/chunk_prefill.rs does: the Triton chunk_offsets / chunk_map kernels of
          triton_aot/gdr/chunk_prefill.py (JIT, manifest options), then dk_gdr_chunk_prefill_split_sm90 with the
@@ -39,7 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 K = V = 128
 CHUNK = 64
-SPLIT_VARIANT = 225_489  # src/ops/gdr/chunk_prefill.rs SPLIT_VARIANT (the library default; = tools/dk_split_prefill.py)
 
 # name: (H_k, H_v, lengths, gates, keys, seed). gates "model": A_log = log U(1, 16), dt_bias = softplus^-1(dt),
 # dt log-uniform in [1e-3, 1e-1], a, b ~ N(0, 1) (Qwen3-Next-style init: mostly slow decays, the state carries far);
@@ -61,7 +60,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--role", required=True, choices=["ref", "dk", "fi", "fla", "merge"])
     p.add_argument("--cases", default=",".join(DEFAULT_CASES))
-    p.add_argument("--variant", type=int, default=SPLIT_VARIANT, help="dk: the split pipeline variant")
+    p.add_argument("--variant", type=int, default=None,
+                   help="dk: the split pipeline variant (default: the library's SPLIT_VARIANT)")
     p.add_argument("--tag", default="", help="dk: name of the outputs (default dk, or dk<variant> off the default)")
     p.add_argument("--libs", default="dk,fi,fla", help="merge: libraries (tags) to compare with the reference")
     p.add_argument("--dir", default="/tmp/acc")
@@ -82,7 +82,10 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
-from dk_split_prefill import DkSplitPrefill  # noqa: E402
+from dk_split_prefill import SPLIT_VARIANT, DkSplitPrefill  # noqa: E402
+
+if ARGS.variant is None:
+    ARGS.variant = SPLIT_VARIANT
 
 DEV = ARGS.dev
 LIBS = [x_ for x_ in ARGS.libs.split(",") if x_]
