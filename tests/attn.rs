@@ -383,6 +383,10 @@ fn check_prefill_case(
         // stmatrix) and 42 (Q by TMA, row boxes at any row) passed every test and both
         // sanitizers on an H200 (opt-in, no faster than 30).
         kernels.extend([41, 42].map(PrefillKernel::Sm90Variant));
+        // Session 10: 44 (Q from whole-token TMA boxes issued by one lane, partial-token rows by
+        // cp.async) and 46 (44 + K tile 1 / V tile 0 deferred until Q landed) passed every test
+        // and both sanitizers on an H200 (opt-in; 48, the default since session 10, is Auto).
+        kernels.extend([44, 46].map(PrefillKernel::Sm90Variant));
     }
     // DELTAKIT_TEST_PREFILL_VARIANTS=7,10,11: the default kernel and these tile variants only
     // (the sanitizer runs of new variants).
@@ -473,16 +477,24 @@ fn prefill_kernels_match_reference_for_every_group_size_page_size_and_prior_cont
 
 /// Groups above 16 (past the issue's list): the Q-by-TMA variants 42 / 43 hand one Q box per lane
 /// of one warp (up to 2 G boxes per row block), so for G > 16 their launcher runs variant 31
-/// instead (session 9 review: G = 24 left boxes unissued and the Q barrier waiting). 42, 31 and
-/// the default must finish and match the reference (hd 256; the default alone at hd 128).
+/// instead (session 9 review: G = 24 left boxes unissued and the Q barrier waiting). 44 (session
+/// 10: whole-token boxes from one lane, partial-token rows by cp.async) and 48 (44 + uniform K / V
+/// box issue) run themselves at G 17 / 24 (up to 2 (G - 1) = 46 cp.async rows per block). 42,
+/// 44, 48, 31 and the default must finish and match the reference (hd 256; the default alone at
+/// hd 128).
 #[test]
 fn prefill_q_by_tma_variants_take_groups_above_16() {
     let Some(ctx) = gpu_or_skip("prefill_q_by_tma_variants_take_groups_above_16") else {
         return;
     };
     let s = ctx.new_stream().unwrap();
-    let only =
-        [PrefillKernel::Sm90Variant(42), PrefillKernel::Sm90Variant(31), PrefillKernel::Auto];
+    let only = [
+        PrefillKernel::Sm90Variant(42),
+        PrefillKernel::Sm90Variant(44),
+        PrefillKernel::Sm90Variant(48),
+        PrefillKernel::Sm90Variant(31),
+        PrefillKernel::Auto,
+    ];
     for (case, &(g, hd)) in [(17usize, 256usize), (24, 256), (24, 128)].iter().enumerate() {
         let (mut rng, seed) = common::rng(480 + case as u64);
         let seqs = [(rng.gen_range(60..200), 0i32), (rng.gen_range(1..40), 63), (7, -1)];
@@ -949,7 +961,7 @@ fn attention_rejects_bad_metadata() {
     b.cu[1] = 4;
     let d = b.upload(&s);
     let e = attn::prefill_with(
-        PrefillKernel::Sm90Variant(44),
+        PrefillKernel::Sm90Variant(50),
         &s,
         &q,
         &kc,

@@ -87,7 +87,7 @@ if [[ " $steps " == *" triage "* ]]; then
     # The bench's timeline records run 26, 33 and 35 (DELTAKIT_BENCH_TIMELINE_VARIANTS): only
     # those that passed.
     tlv=26
-    for v in 33 35 38 40 43; do [[ ",$good," == *",$v,"* ]] && tlv="$tlv,$v"; done
+    for v in 33 35 38 40 43 45 47; do [[ ",$good," == *",$v,"* ]] && tlv="$tlv,$v"; done
     export DELTAKIT_BENCH_TIMELINE_VARIANTS="$tlv"
   else
     summary+=("triage: new variants $NEW_VARIANTS small cases rc=0")
@@ -193,7 +193,7 @@ rows = [r for r in rows if r["id"] == "27b_tp1/8192" and r["kernel"].startswith(
 best = min(rows, key=lambda r: r["us"], default=None)
 print("" if best is None or best["kernel"] == "sm90" else best["kernel"][len("sm90v"):])' "$OUT/quick.jsonl")
   fi
-  var="${var:-30}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
+  var="${var:-48}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
   echo "ncu: prefill variant $var"
   DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER="${ATTN_NCU_FILTER:-27b_tp1/8192}" \
     DELTAKIT_BENCH_PREFILL_VARIANTS="${var:-}" \

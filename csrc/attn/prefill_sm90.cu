@@ -34,7 +34,9 @@
 // STAGED output, ping-pong (measured on an H200: docs/benchmarks/2026-12-01-attn-s4.md; the
 // description above is the cp.async producer of variants 0-8); since session 6 the default is
 // variant 25 = 19 with Q loaded by the V producer pair (QV below; 2026-12-01-attn-s6.md); since
-// session 7 variant 30 = 25 with stepped output row addresses (2026-12-01-attn-s7.md).
+// session 7 variant 30 = 25 with stepped output row addresses (2026-12-01-attn-s7.md); since
+// session 10 variant 48 = 30 + EARLY with Q by TMA from whole-token boxes issued by one lane and
+// every full K / V tile's boxes issued by one lane with uniform operands (2026-12-02-attn-s10.md).
 // Every operand tile is stored as HD/64 column blocks of [rows][64] bf16 (128 bytes per row, the
 // 16-byte chunk index XOR-ed with row % 8: the hardware's 128-byte swizzle, blocks 1024-aligned).
 #include <cuda_bf16.h>
@@ -161,8 +163,42 @@ constexpr int kBM = 128;
 //      time (BRA.U.ANY loop) -- the many row boxes of G = 6 cost the time. Next: the <= 2 (G - 1)
 //      partial-token rows by cp.async (lanes) and only the whole-token boxes by TMA (4-8 UTMALDG);
 //      K tile 0 (5 page runs x 4 boxes, issued the same way) shows the same ~1.2 us.
-// Dispatched: 0-43.
-constexpr int kVariants = 44;
+//  44 (session 10) = 31 + TQW: Q by TMA with the whole-token boxes only (4 or 8 UTMALDG: the
+//      qa box of NT tokens and, when 128 - first leaves NT + 1 whole tokens, the one-token qb
+//      box, per 64-dim column block), issued by lane 0 of the K pair's second warp with the
+//      expect-tx of their bytes; the <= 2 (G - 1) rows of a partial first / last token by
+//      cp.async from the V pair's second warp (32 cp.async arrivals on the same Q barrier; the
+//      consumers fence the proxy after the wait). The barriers are initialized and synced
+//      while the block's metadata loads are in flight (before the bounds, not after).
+//      Why: 43's timeline (session 9 call 3) -- each UTMALDG in a per-lane loop costs ~20-40
+//      cycles, 0.83 us p50 to issue G = 6's ~10 items x 4 boxes. Any G up to 64 (no box per
+//      lane); above 64, or without the encoder, 31. 45 = 44 + TL (field 7 = the partial rows
+//      issued, 8 = the bounds known (thread 0, after the barrier sync of field 9), 10 = the Q
+//      boxes issued, 11 = K tile 0 issued).
+//  46 (session 10) = 44 + DEFER: K tile 1 and V tile 0 (and so V tile 1) are issued only once
+//      the Q barrier completed (each pair waits for it before that tile), so at a row block's
+//      start the SM fetches Q + K tile 0 (104 KB at G = 6's 128 rows) instead of Q + 2 K + 2 V
+//      tiles (224 KB). Why: in every Q path measured (30, 39/40, 42/43) Q landed ~2.5-3.2 us
+//      after the barrier init however fast it was issued (1.6 us by cp.async, 0.8-1.4 by TMA
+//      boxes): the block's first loads share the SM's fill bandwidth. 47 = 46 + TL (fields as 45).
+//  48 (session 10) = 44 + KU: a full K / V tile's BN / 16 x HD / 64 boxes issued by lane 0 of
+//      the pair's first warp with warp-uniform operands (redux.sync.max of the tile address,
+//      the barrier, the pair and each 16-position group's cache row), instead of one lane per
+//      group in ptxas's per-lane ELECT loop (5 iterations per box, 5 R2UR each). Why: 45's
+//      timeline (session 10 call 1) -- K tile 0 issued 1.4 us after the bounds (Q's 8 boxes:
+//      0.6 us), so the first QK^T waited for K0 (first QK 0.93 vs 30's 0.64 us) and took back
+//      most of the Q wait saved (3.7 -> 3.1 us). 49 = 48 + TL (fields as 45).
+//      H200, session 10: 44-49 correct in every test (44 / 46 / 48 in every prefill test loop),
+//      memcheck / racecheck clean. 44 = 30 within +-1% (Q wait -0.5 us per row block, first QK^T
+//      +0.3 us: K tile 0 still issued ~1.4 us after the bounds); 46 0.5-7.7% slower (the deferred
+//      K1 / V0 stall the first iterations; Q lands only 0.1-0.25 us sooner: not fill-bound);
+//      48 faster than 30 at 10 of 11 shapes in the same call (varlen 863 vs 878 us, 8k / 32k /
+//      chunked -1.1..-2.4%; 27B TP1 2k +0.2%, in a recheck -1.1%) -- but K tile 0 was issued only
+//      0.16 us sooner: the gain is the steady loop (2.19-2.27 vs 2.31-2.42 us per tile: the K / V
+//      pairs' per-lane issue loops no longer take issue slots next to the consumers). The
+//      DEFAULT since session 10 (src/ops/attn.rs SM90_DEFAULT_VARIANT).
+// Dispatched: 0-49.
+constexpr int kVariants = 50;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -215,15 +251,22 @@ struct Cfg<256, VAR> {
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
-                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 43);
+                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 49);
   // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
   static constexpr bool QC = VAR >= 39 && VAR <= 41;
   // 41: the staged epilogue's shared-memory writes by stmatrix.
   static constexpr bool STM = VAR == 41;
   // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
-  static constexpr bool TQ = VAR == 42 || VAR == 43;
+  static constexpr bool TQ = VAR >= 42 && VAR <= 49;
+  // 44-49: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
+  static constexpr bool TQW = VAR >= 44 && VAR <= 49;
+  // 46 / 47: TQW + DEFER -- K tile 1 and V tile 0 are issued only once Q has landed.
+  static constexpr bool DEFER = VAR == 46 || VAR == 47;
+  // 48 / 49: TQW + KU -- a full K / V tile's boxes issued by one lane with uniform operands.
+  static constexpr bool KU = VAR == 48 || VAR == 49;
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
-                            VAR == 38 || VAR == 40 || VAR == 43;
+                            VAR == 38 || VAR == 40 || VAR == 43 || VAR == 45 || VAR == 47 ||
+                            VAR == 49;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -258,6 +301,9 @@ struct Cfg<128, VAR> {
   static constexpr bool QC = false;
   static constexpr bool STM = false;
   static constexpr bool TQ = false;
+  static constexpr bool TQW = false;
+  static constexpr bool DEFER = false;
+  static constexpr bool KU = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -287,6 +333,9 @@ struct Cfg<64, VAR> {
   static constexpr bool QC = false;
   static constexpr bool STM = false;
   static constexpr bool TQ = false;
+  static constexpr bool TQW = false;
+  static constexpr bool DEFER = false;
+  static constexpr bool KU = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -562,7 +611,36 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   const int G = a.group;
   const int tid = threadIdx.x;
   constexpr bool TQ = Cfg<HD, VAR>::TQ;
-  if constexpr (TQ) {
+  constexpr bool TQW = Cfg<HD, VAR>::TQW;
+  if constexpr (TQW) {
+    // TQW: the barriers are set up first, by the V pair's second warp (its metadata is needed
+    // last: the partial Q rows), so the other warps' metadata loads go out at once and the
+    // setup is done while they are in flight (a block that turns out empty or padding returns
+    // after the sync below). One Q barrier: 1 expect-tx arrival + the 32 cp.async arrivals of
+    // the partial-row warp.
+    if (tid == 96) {
+      extern __shared__ uint8_t smem_raw[];
+      const uint32_t b0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2 +
+                          2u * ST * TILE;
+      mbar_init(b0, 33);
+      for (int s = 0; s < ST; ++s) {
+        mbar_init(b0 + 8u * uint32_t(1 + s), 64);
+        mbar_init(b0 + 8u * uint32_t(1 + ST + s), 64);
+        mbar_init(b0 + 8u * uint32_t(1 + 2 * ST + s), 256);
+        mbar_init(b0 + 8u * uint32_t(1 + 3 * ST + s), 256);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    // The four tensor maps this block uses (K, V, the two whole-token Q boxes).
+    if (tid == 0) {
+      asm volatile(
+          "prefetch.tensormap [%0];\nprefetch.tensormap [%1];\nprefetch.tensormap [%2];\n"
+          "prefetch.tensormap [%3];\n" ::"l"(reinterpret_cast<uint64_t>(&a.tmap_k)),
+          "l"(reinterpret_cast<uint64_t>(&a.tmap_v)), "l"(reinterpret_cast<uint64_t>(&a.tmap_qa)),
+          "l"(reinterpret_cast<uint64_t>(&a.tmap_qb))
+          : "memory");
+    }
+  } else if constexpr (TQ) {
     // Every tensor map this block uses, fetched while the block's metadata loads.
     if (tid == 0) {
       asm volatile(
@@ -605,8 +683,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       }
     }
   }
-  const int64_t bos = min(max(int64_t(cu[seq]), int64_t(0)), T);
-  const int64_t eos = min(max(int64_t(cu[seq + 1]), bos), T);
+  // TQW: the cu_seqlens pair is loaded before the barrier setup below (a plain load would stay
+  // behind its __syncthreads).
+  int cu_lo = 0, cu_hi = 0;
+  if constexpr (TQW) {
+    cu_lo = __ldg(cu + seq);
+    cu_hi = __ldg(cu + seq + 1);
+  }
+  if constexpr (TQW) {
+    __syncthreads();  // the barriers set up at entry (thread 96)
+    if (TL && tid == 0) tl_put(9, gtimer());
+  }
+  const int64_t bos = min(max(int64_t(TQW ? cu_lo : cu[seq]), int64_t(0)), T);
+  const int64_t eos = min(max(int64_t(TQW ? cu_hi : cu[seq + 1]), bos), T);
   const int64_t rows_total = (eos - bos) * G;
   const int64_t m0 = mb * kBM;
   if (m0 >= rows_total) return;
@@ -636,7 +725,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   if (TL && tid == 0) {
     tl_put(0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
     tl_put(1, t_entry);
-    if (!TQ) tl_put(8, gtimer());  // (43: field 8 = the Q issuer before its first box, below)
+    // (43: field 8 = the Q issuer before its first box, below; 45: the bounds known, after the
+    // barrier sync of field 9.)
+    if (!TQ || TQW) tl_put(8, gtimer());
   }
 
   extern __shared__ uint8_t smem_raw[];
@@ -653,7 +744,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   auto full_v = [&](int s) { return bars + 8u * uint32_t(1 + ST + s); };
   auto empty_k = [&](int s) { return bars + 8u * uint32_t(1 + 2 * ST + s); };
   auto empty_v = [&](int s) { return bars + 8u * uint32_t(1 + 3 * ST + s); };
-  if (tid == 0) {
+  if (!TQW && tid == 0) {
     // QV: one warp per Q barrier (Q4: two, 32 rows each).
     mbar_init(barQ, TQ ? 1 : (QV ? (Cfg<HD, VAR>::Q4 ? 64 : 32) : 128));
     if (QV) mbar_init(barQ1, Cfg<HD, VAR>::Q4 ? 64 : 32);
@@ -666,14 +757,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
-  if (TL && tid == 0) tl_put(9, gtimer());
+  if constexpr (!TQW) {
+    __syncthreads();
+    if (TL && tid == 0) tl_put(9, gtimer());
+  }
 
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg<HD, VAR>::PROD_REGS));
     // 43: field 7 = the Q-issuing warp (warp 1) past its register release.
-    if (TL && TQ && tid == 32) tl_put(7, gtimer());
+    if (TL && TQ && !TQW && tid == 32) tl_put(7, gtimer());
     if constexpr (!QV) {
       load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
         const int64_t vr = m0 + r;
@@ -827,7 +920,56 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         }
         cp_async_arrive(wig == 0 ? barQ : barQ1);
       };
-      if constexpr (TQ) {
+      if constexpr (TQW) {
+        // TQW: the whole tokens of the block's 128 rows by TMA from one lane of the K pair's
+        // second warp (4 or 8 boxes: NT tokens, one more token when 128 - first leaves NT + 1),
+        // the <= 2 (G - 1) rows of the partial first / last token by cp.async from the V pair's
+        // second warp (one 512-byte row per instruction, lane = 16-byte chunk; rows past the
+        // sequence zero-filled), both on the one Q barrier. No per-lane box loop: any G.
+        const int64_t t0 = m0 / G;
+        const int h0 = int(m0 - t0 * G);
+        const int first = h0 == 0 ? 0 : G - h0;
+        const int nf = (kBM - first) / G;  // whole tokens after the first: nt or nt + 1
+        const int tok1 = int(bos + t0) + (h0 > 0 ? 1 : 0);  // first whole token
+        if (kv == 0 && wig == 1) {
+          if (lane == 0) {
+            const int nt = int(a.q_nt);
+            mbar_arrive_expect_tx(barQ, uint32_t(nf * G) * HD * 2);
+            const uint32_t d0 = sQ + uint32_t(first) * 128u;
+#pragma unroll
+            for (int cblk = 0; cblk < HD / 64; ++cblk) {
+              tma_load_3d(d0 + uint32_t(cblk * kBM * 128), &a.tmap_qa, cblk * 64, int(kvh) * G, tok1,
+                          barQ);
+            }
+            if (nf > nt) {
+              const uint32_t d1 = d0 + uint32_t(nt * G) * 128u;
+#pragma unroll
+              for (int cblk = 0; cblk < HD / 64; ++cblk) {
+                tma_load_3d(d1 + uint32_t(cblk * kBM * 128), &a.tmap_qb, cblk * 64, int(kvh) * G,
+                            tok1 + nt, barQ);
+              }
+            }
+            if (TL) tl_put(10, gtimer());
+          }
+        } else if (kv == 1 && wig == 1) {
+          const int tail = kBM - first - nf * G;
+          const uint32_t cbq = sQ + uint32_t(lane / 8) * uint32_t(kBM * 128);
+          const uint32_t cwq = uint32_t(lane % 8);
+          const __nv_bfloat16* qa0 = q + ((int64_t(bos + t0) * HQ) + kvh * G + h0) * HD + lane * 8;
+          const __nv_bfloat16* qb0 = q + (int64_t(tok1 + nf) * HQ + kvh * G) * HD + lane * 8;
+#pragma unroll 1
+          for (int i = 0; i < first + tail; ++i) {
+            const bool lo = i < first;
+            const int r = lo ? i : nf * G + i;
+            const bool ok = m0 + r < rows_total;
+            const __nv_bfloat16* src = lo ? qa0 + int64_t(i) * HD : qb0 + int64_t(i - first) * HD;
+            cp_async_16(cbq + uint32_t(r) * 128u + ((cwq ^ uint32_t(r & 7)) << 4),
+                        ok ? static_cast<const void*>(src) : q, ok ? 16u : 0u);
+          }
+          cp_async_arrive(barQ);
+          if (TL && lane == 0) tl_put(7, gtimer());
+        }
+      } else if constexpr (TQ) {
         if (kv == 0 && wig == 1) {
           // TQ: the block's 128 rows by TMA (see Cfg); lane i issues item i's HD / 64 boxes.
           const int64_t t0 = m0 / G;
@@ -894,6 +1036,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         const int s = j % ST;
         const uint32_t fb = kv == 0 ? full_k(s) : full_v(s);
         if (j >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), uint32_t((j / ST) - 1) & 1u);
+        // DEFER: only Q and K tile 0 load until Q has landed (the first QK^T needs nothing else).
+        if (Cfg<HD, VAR>::DEFER && j == 1 - kv) mbar_wait(barQ, 0);
         const bool full_tile = (j + 1) * BN <= kv_end;
         if (tma_ok && full_tile) {
           // Lane 0 of the pair's first warp announces the tile's bytes (its arrival), then
@@ -904,7 +1048,30 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
           } else {
             mbar_arrive(fb);
           }
-          if (wig == 0) {
+          if (Cfg<HD, VAR>::KU && wig == 0) {
+            // KU: the operands made warp-uniform (redux.sync writes a uniform register), so
+            // lane 0 issues the HD / 64 x BN / 16 boxes with no per-lane loop and no R2UR.
+            const uint32_t tile_u =
+                __reduce_max_sync(0xffffffffu, sKV + uint32_t(2 * s + kv) * TILE);
+            const uint32_t fb_u = __reduce_max_sync(0xffffffffu, fb);
+            const uint32_t kv_u = __reduce_max_sync(0xffffffffu, uint32_t(kv));
+            uint32_t cr[BN / 16];
+#pragma unroll
+            for (int g = 0; g < BN / 16; ++g) {
+              cr[g] = __reduce_max_sync(0xffffffffu, lane == g ? uint32_t(crow) : 0u);
+            }
+            if (lane == 0) {
+              const CUtensorMap* map = kv_u == 0 ? &a.tmap_k : &a.tmap_v;
+#pragma unroll
+              for (int g = 0; g < BN / 16; ++g) {
+#pragma unroll
+                for (int cblk = 0; cblk < HD / 64; ++cblk) {
+                  tma_load_3d(tile_u + uint32_t(cblk * BN * 128 + g * 16 * 128), map, cblk * 64,
+                              int(kvh), int(cr[g]), fb_u);
+                }
+              }
+            }
+          } else if (wig == 0) {
             __syncwarp();
             if (lane < BN / 16) {
               const uint32_t tile =
@@ -1220,6 +1387,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
   } else {
     mbar_wait((QV && !TQ && w == 1) ? barQ1 : barQ, 0);
+    // TQW: the partial-token rows came by cp.async (generic proxy); wgmma reads Q through the
+    // async proxy.
+    if constexpr (Cfg<HD, VAR>::TQW) fence_proxy_async();
   }
   if (TL && ct == 0) tl_put(2, gtimer());
   // Ping-pong: warpgroup w waits on barrier 1 + w before issuing, then lets the other one go.
@@ -2304,7 +2474,18 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
       return launch<HD, PP, FB>(p, stream);
     }
   }
-  if constexpr (Cfg<HD, VAR>::TQ) {
+  if constexpr (Cfg<HD, VAR>::TQW) {
+    // 44-49: one lane issues the whole-token boxes, the partial rows go by cp.async (no bound
+    // on G from the lanes). A whole token must fit after a partial first one (NT >= 1: G <= 64)
+    // and the encoder must be there; else the same tiles with Q by cp.async (31).
+    const int64_t g = a.group;
+    if (g > 64) return launch<HD, PP, 31>(p, stream);
+    a.q_nt = uint32_t((kBM - (g - 1)) / g);
+    if (!encode_q_map(&a.tmap_qa, p.q, HD, p.n_q_heads, p.num_tokens, g, a.q_nt) ||
+        !encode_q_map(&a.tmap_qb, p.q, HD, p.n_q_heads, p.num_tokens, g, 1)) {
+      return launch<HD, PP, 31>(p, stream);
+    }
+  } else if constexpr (Cfg<HD, VAR>::TQ) {
     // Without the encoder, or for a group above 16: the same tiles with Q by cp.async (31). A row
     // block takes up to first + 1 + nb + tail <= 2 G items, one per lane of the issuing warp, so
     // G > 16 could leave boxes unissued and the Q barrier waiting forever.
@@ -2475,6 +2656,18 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 42>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 43:
           return p->scale > 0.f ? a::launch<256, true, 43>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 44:
+          return p->scale > 0.f ? a::launch<256, true, 44>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 45:
+          return p->scale > 0.f ? a::launch<256, true, 45>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 46:
+          return p->scale > 0.f ? a::launch<256, true, 46>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 47:
+          return p->scale > 0.f ? a::launch<256, true, 47>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 48:
+          return p->scale > 0.f ? a::launch<256, true, 48>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 49:
+          return p->scale > 0.f ? a::launch<256, true, 49>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

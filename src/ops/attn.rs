@@ -444,8 +444,9 @@ pub fn prefill<I: DevicePtr<i32>>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillKernel {
     /// The sm_90a CUDA kernel where the device runs it, else Triton. At head dim 256: tile
-    /// variant 30 (split TMA producer, Q loaded by the V producer pair, ping-pong, LPT block
-    /// order, staged output with stepped row addresses; see [`PrefillKernel::Sm90Variant`]).
+    /// variant 48 (split TMA producer whose full K / V tiles are issued by one lane with uniform
+    /// operands, Q by TMA from whole-token boxes, ping-pong, LPT block order, staged output with
+    /// stepped row addresses; see [`PrefillKernel::Sm90Variant`]; 30 before session 10).
     Auto,
     /// The sm_90a CUDA kernel with the ping-pong schedule of its two consumer warpgroups (they
     /// take turns issuing GEMMs), else Triton. Same results as `Auto`.
@@ -507,7 +508,16 @@ pub enum PrefillKernel {
     /// the timeline (field 10 = the Q boxes issued; 7 / 8 = the Q-issuing warp past its register
     /// release / before its first box). 39-43 opt-in: on an H200 (session 9) correct and sanitizer-clean, 39 / 41 within 1% of
     /// 30, 42 1-2% slower (Q still waited for ~3.9 us per row block, as in 30).
-    /// Same results up to rounding. Values above 43 are rejected ([`crate::Error::Shape`] naming
+    /// 44 (session 10) = 31 with Q by TMA from whole-token boxes only (4 or 8 boxes issued by
+    /// one lane; the rows of a partial first / last token by cp.async from another warp; the
+    /// barriers set up while the block's metadata loads; any group up to 64, above that or
+    /// without the Q encoder: 31), 45 = 44 recording the timeline (7 = the partial rows
+    /// issued, 8 = the bounds known, after the barrier sync of 9, 10 = the Q boxes issued).
+    /// 46 = 44 issuing K tile 1 and V tile 0 only once Q has landed (the block's first loads
+    /// are Q and K tile 0 alone), 47 = 46 recording the timeline (fields as 45). 48 = 44 with
+    /// each full K / V tile's boxes issued by one lane with warp-uniform operands (no per-lane
+    /// issue loop), 49 = 48 recording the timeline (fields as 45). 44-49 opt-in.
+    /// Same results up to rounding. Values above 49 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -527,13 +537,20 @@ const SM90_DEFAULT_SCHEDULE: i32 = 1;
 /// correct in every test, memcheck/racecheck clean; against 25 in the same runs: varlen 8 x 2048
 /// +0.1% / +1.5%, the square shapes within -0.1..+1% (best of two samples), epilogue -0.21 us per
 /// row block; 0.94-1.37x torch SDPA at the issue-14 square shapes, 0.80x on varlen, 2.1x chunked.
-/// (25 was the default in session 6.)
-const SM90_DEFAULT_VARIANT: i32 = 30;
+/// (25 was the default in session 6.) Since session 10: 48 = 30 with EARLY (ctx_lens and K tile 0's
+/// page entries at entry), Q by TMA from whole-token boxes issued by one lane (partial-token rows
+/// by cp.async) and every full K / V tile's boxes issued by one lane with warp-uniform operands.
+/// On an H200 (2026-12-02, docs/benchmarks/2026-12-02-attn-s10.md) every prefill test passed under
+/// it, memcheck / racecheck clean; against 30 in the same call (best of two, back to back):
+/// varlen 8 x 2048 863 vs 878 us (-1.7%), chunked -1.7%, 8k / 32k squares -1.1..-2.3%, 2k within
+/// -2.6..+0.2% (+0.2% = 0.2 us at 27B TP1 2k; a 2k recheck, best of three: -0.4..-1.5%).
+const SM90_DEFAULT_VARIANT: i32 = 48;
 
 /// Words per row block in [`prefill_sm90_timeline`].
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
-/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43
+/// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 /
+/// 47 / 49
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -544,7 +561,8 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// the block's start in its CTA, 7 = 1, 8-11 = the producer's block start, Q half 0 free, its Q
 /// rows issued, K tile 0 issued; 40: field 10 = consumer warpgroup 0 issued its Q rows; 43: 10 =
 /// the Q boxes issued, 7 / 8 = the Q-issuing warp past its register release / before its first
-/// box); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// box; 45 / 47 / 49: 7 = the partial-token Q rows issued, 8 = the bounds known (after the barrier sync of
+/// 9), 10 = the Q boxes issued); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
 /// # Errors
@@ -565,7 +583,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 43;
+const SM90_MAX_VARIANT: u8 = 49;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -589,7 +607,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=43", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=49", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
