@@ -197,8 +197,19 @@ constexpr int kBM = 128;
 //      0.16 us sooner: the gain is the steady loop (2.19-2.27 vs 2.31-2.42 us per tile: the K / V
 //      pairs' per-lane issue loops no longer take issue slots next to the consumers). The
 //      DEFAULT since session 10 (src/ops/attn.rs SM90_DEFAULT_VARIANT).
-// Dispatched: 0-49.
-constexpr int kVariants = 50;
+//  50 (session 10) = 48 + TL whose fields 7 / 8 stamp K tile 0's issuer (the K pair's first
+//      warp) past its setmaxnreg / right before its first box (the others as 45; measurement:
+//      where the ~1.3 us between the bounds and K tile 0's issue go). H200 call 4: bounds ->
+//      past setmaxnreg 0.05 us, -> before the first K0 box 0.64 (warp 0's prologue: index math,
+//      page math, REDUX), -> the 20 boxes issued 0.64 (~30 ns per UTMALDG).
+//  51 (session 10, prepared, NOT run on a GPU) = 48 + KE: K tile 0's cache rows computed from
+//      the EARLY page entries and made uniform (redux) in warp 0 before the barrier sync, and a
+//      full K tile 0 issued by warp 0 right after its setmaxnreg (expect-tx + 20 boxes, the
+//      other 31 lanes' arrivals), before the TQW index math; the loop skips warp 0's share of
+//      tile 0. Expected: K0 issued ~0.6 us sooner, the first QK^T no longer waiting for K0
+//      (-0.3..-0.4 us per row block). 52 = 51 + TL (fields as 50).
+// Dispatched: 0-52.
+constexpr int kVariants = 53;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -251,22 +262,26 @@ struct Cfg<256, VAR> {
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
-                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 49);
+                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 52);
   // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
   static constexpr bool QC = VAR >= 39 && VAR <= 41;
   // 41: the staged epilogue's shared-memory writes by stmatrix.
   static constexpr bool STM = VAR == 41;
   // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
-  static constexpr bool TQ = VAR >= 42 && VAR <= 49;
-  // 44-49: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
-  static constexpr bool TQW = VAR >= 44 && VAR <= 49;
+  static constexpr bool TQ = VAR >= 42 && VAR <= 52;
+  // 44-52: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
+  static constexpr bool TQW = VAR >= 44 && VAR <= 52;
   // 46 / 47: TQW + DEFER -- K tile 1 and V tile 0 are issued only once Q has landed.
   static constexpr bool DEFER = VAR == 46 || VAR == 47;
   // 48 / 49: TQW + KU -- a full K / V tile's boxes issued by one lane with uniform operands.
-  static constexpr bool KU = VAR == 48 || VAR == 49;
+  static constexpr bool KU = VAR >= 48 && VAR <= 52;
+  // 50 / 52: TL whose fields 7 / 8 stamp the K pair's first warp (K tile 0's issuer).
+  static constexpr bool KTL = VAR == 50 || VAR == 52;
+  // 51 / 52: KE -- K tile 0's operands prepared at entry, its boxes issued first thing.
+  static constexpr bool KE = VAR == 51 || VAR == 52;
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
                             VAR == 38 || VAR == 40 || VAR == 43 || VAR == 45 || VAR == 47 ||
-                            VAR == 49;
+                            VAR == 49 || VAR == 50 || VAR == 52;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -304,6 +319,8 @@ struct Cfg<128, VAR> {
   static constexpr bool TQW = false;
   static constexpr bool DEFER = false;
   static constexpr bool KU = false;
+  static constexpr bool KTL = false;
+  static constexpr bool KE = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -336,6 +353,8 @@ struct Cfg<64, VAR> {
   static constexpr bool TQW = false;
   static constexpr bool DEFER = false;
   static constexpr bool KU = false;
+  static constexpr bool KTL = false;
+  static constexpr bool KE = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -690,6 +709,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     cu_lo = __ldg(cu + seq);
     cu_hi = __ldg(cu + seq + 1);
   }
+  // KE: K tile 0's cache row per 16-position group from the EARLY page entries (as crow_of(0)
+  // for a full tile), made warp-uniform in warp 0 while the metadata loads are in flight.
+  uint32_t k0row[BN / 16] = {};
+  if constexpr (Cfg<HD, VAR>::KE) {
+    if (tid < 32) {
+      const int ps0 = int(p.page_size);
+      const int np0 = int(min(p.num_pages, int64_t(0x7fffffff)));
+      const int oob = int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));
+      const int c0 =
+          (page0_early >= 0 && page0_early < np0) ? page0_early * ps0 + (16 * tid) % ps0 : oob;
+#pragma unroll
+      for (int g = 0; g < BN / 16; ++g) {
+        k0row[g] = __reduce_max_sync(0xffffffffu, tid == g ? uint32_t(c0) : 0u);
+      }
+    }
+  }
   if constexpr (TQW) {
     __syncthreads();  // the barriers set up at entry (thread 96)
     if (TL && tid == 0) tl_put(9, gtimer());
@@ -727,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     tl_put(1, t_entry);
     // (43: field 8 = the Q issuer before its first box, below; 45: the bounds known, after the
     // barrier sync of field 9.)
-    if (!TQ || TQW) tl_put(8, gtimer());
+    if (!TQ || (TQW && !Cfg<HD, VAR>::KTL)) tl_put(8, gtimer());
   }
 
   extern __shared__ uint8_t smem_raw[];
@@ -767,6 +802,30 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg<HD, VAR>::PROD_REGS));
     // 43: field 7 = the Q-issuing warp (warp 1) past its register release.
     if (TL && TQ && !TQW && tid == 32) tl_put(7, gtimer());
+    // 50 / 52: field 7 = K tile 0's issuer (warp 0) past its register release.
+    if (TL && Cfg<HD, VAR>::KTL && tid == 0) tl_put(7, gtimer());
+    if constexpr (Cfg<HD, VAR>::KE) {
+      // KE: a full K tile 0 issued by warp 0 before anything else (its 32 arrivals, lane 0's
+      // with the expect-tx); the loop below skips warp 0's share of tile 0.
+      if (tid < 32 && BN <= kv_end) {
+        const uint32_t fb0 = full_k(0);
+        if (tid == 0) {
+          mbar_arrive_expect_tx(fb0, TILE);
+          if (TL) tl_put(8, gtimer());
+#pragma unroll
+          for (int g = 0; g < BN / 16; ++g) {
+#pragma unroll
+            for (int cblk = 0; cblk < HD / 64; ++cblk) {
+              tma_load_3d(sKV + uint32_t(cblk * BN * 128 + g * 16 * 128), &a.tmap_k, cblk * 64,
+                          int(kvh), int(k0row[g]), fb0);
+            }
+          }
+          if (TL) tl_put(11, gtimer());
+        } else {
+          mbar_arrive(fb0);
+        }
+      }
+    }
     if constexpr (!QV) {
       load_tile<HD, kBM>(sQ, tid, q, [&](int r) -> const __nv_bfloat16* {
         const int64_t vr = m0 + r;
@@ -967,7 +1026,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
                         ok ? static_cast<const void*>(src) : q, ok ? 16u : 0u);
           }
           cp_async_arrive(barQ);
-          if (TL && lane == 0) tl_put(7, gtimer());
+          if (TL && !Cfg<HD, VAR>::KTL && lane == 0) tl_put(7, gtimer());
         }
       } else if constexpr (TQ) {
         if (kv == 0 && wig == 1) {
@@ -1039,7 +1098,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         // DEFER: only Q and K tile 0 load until Q has landed (the first QK^T needs nothing else).
         if (Cfg<HD, VAR>::DEFER && j == 1 - kv) mbar_wait(barQ, 0);
         const bool full_tile = (j + 1) * BN <= kv_end;
-        if (tma_ok && full_tile) {
+        if (Cfg<HD, VAR>::KE && j == 0 && kv == 0 && wig == 0 && full_tile) {
+          // KE: warp 0's share of K tile 0 was issued before the loop.
+        } else if (tma_ok && full_tile) {
           // Lane 0 of the pair's first warp announces the tile's bytes (its arrival), then
           // lanes 0..BN/16-1 of that warp each load their 16-position group (HD/64 boxes);
           // the other 63 threads of the pair arrive.
@@ -1061,6 +1122,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
               cr[g] = __reduce_max_sync(0xffffffffu, lane == g ? uint32_t(crow) : 0u);
             }
             if (lane == 0) {
+              // 50: field 8 = right before K tile 0's first box (operands ready).
+              if (TL && Cfg<HD, VAR>::KTL && j == 0 && kv_u == 0) tl_put(8, gtimer());
               const CUtensorMap* map = kv_u == 0 ? &a.tmap_k : &a.tmap_v;
 #pragma unroll
               for (int g = 0; g < BN / 16; ++g) {
@@ -1110,7 +1173,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
           cp_async_arrive(fb);
         }
         if (j == 0 && kv == 0) {
-          if (TL && wig == 0 && lane == 0) tl_put(11, gtimer());
+          if (TL && !Cfg<HD, VAR>::KE && wig == 0 && lane == 0) tl_put(11, gtimer());
           if constexpr (Cfg<HD, VAR>::Q4) load_q(wig * 64 + QROWS);
         }
         if constexpr (Cfg<HD, VAR>::PF) {
@@ -2475,7 +2538,7 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     }
   }
   if constexpr (Cfg<HD, VAR>::TQW) {
-    // 44-49: one lane issues the whole-token boxes, the partial rows go by cp.async (no bound
+    // 44-52: one lane issues the whole-token boxes, the partial rows go by cp.async (no bound
     // on G from the lanes). A whole token must fit after a partial first one (NT >= 1: G <= 64)
     // and the encoder must be there; else the same tiles with Q by cp.async (31).
     const int64_t g = a.group;
@@ -2668,6 +2731,12 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 48>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 49:
           return p->scale > 0.f ? a::launch<256, true, 49>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 50:
+          return p->scale > 0.f ? a::launch<256, true, 50>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 51:
+          return p->scale > 0.f ? a::launch<256, true, 51>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 52:
+          return p->scale > 0.f ? a::launch<256, true, 52>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

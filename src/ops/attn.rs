@@ -516,8 +516,12 @@ pub enum PrefillKernel {
     /// 46 = 44 issuing K tile 1 and V tile 0 only once Q has landed (the block's first loads
     /// are Q and K tile 0 alone), 47 = 46 recording the timeline (fields as 45). 48 = 44 with
     /// each full K / V tile's boxes issued by one lane with warp-uniform operands (no per-lane
-    /// issue loop), 49 = 48 recording the timeline (fields as 45). 44-49 opt-in.
-    /// Same results up to rounding. Values above 49 are rejected ([`crate::Error::Shape`] naming
+    /// issue loop), 49 = 48 recording the timeline (fields as 45), 50 = 48 recording the timeline
+    /// with fields 7 / 8 = K tile 0's issuer past its register release / before its first box,
+    /// 51 = 48 with K tile 0's operands prepared at entry and its boxes issued before anything
+    /// else of the producer (prepared in session 10, not yet run on a GPU), 52 = 51 recording the
+    /// timeline (fields as 50). 44-52 opt-in except 48 (the default since session 10).
+    /// Same results up to rounding. Values above 52 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -550,7 +554,7 @@ const SM90_DEFAULT_VARIANT: i32 = 48;
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
 /// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 /
-/// 47 / 49
+/// 47 / 49 / 50 / 52
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -562,7 +566,8 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// rows issued, K tile 0 issued; 40: field 10 = consumer warpgroup 0 issued its Q rows; 43: 10 =
 /// the Q boxes issued, 7 / 8 = the Q-issuing warp past its register release / before its first
 /// box; 45 / 47 / 49: 7 = the partial-token Q rows issued, 8 = the bounds known (after the barrier sync of
-/// 9), 10 = the Q boxes issued); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// 9), 10 = the Q boxes issued; 50 / 52: as 49 but 7 / 8 = K tile 0's issuer past its register
+/// release / before its first box); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
 /// # Errors
@@ -583,7 +588,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 49;
+const SM90_MAX_VARIANT: u8 = 52;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -607,7 +612,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=49", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=52", v));
         }
     }
     let row = dims.n_q_heads * dims.head_dim;
