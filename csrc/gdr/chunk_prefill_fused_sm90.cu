@@ -123,6 +123,13 @@ __device__ __forceinline__ void mma_nv(float (&c)[4], const uint32_t (&a)[4], ui
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// stmatrix .trans of four 8 x 8 b16 matrices (x4): lane l gives the row address of matrix l / 8, row l % 8; r[m] holds the
+// thread's (row lane / 4, columns 2 (lane % 4), +1) pair of matrix m, stored transposed (memory row j = column j).
+__device__ __forceinline__ void stsm4t(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ uint32_t pack_bf(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
   return *reinterpret_cast<uint32_t*>(&h);
@@ -1030,6 +1037,10 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // Not with the overlap (512: its loaders may stop early) nor two chunks in flight (32) nor the bar.sync diagnostic.
   constexpr bool kMbarEmpty = (VAR & 65536) != 0;
   static_assert(!kMbarEmpty || (VAR & (512 | 32 | 32768)) == 0, "mbarrier release: plain, pair or context-parallel");
+  // kStsmO (VAR & 2097152; session 10, opt-in, gdr-state): the output tile leaves the O^T accumulators by stmatrix .trans
+  // (16 bf16 pairs + 4 STSM per thread instead of 32 single-value packs + 32 2-byte stores into the warp's [64 t][16 v]
+  // staging), and the 16-byte global row stores step one precomputed pointer. Same staging layout and values.
+  constexpr bool kStsmO = (VAR & 2097152) != 0;
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
@@ -1442,23 +1453,47 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     for (int kb = 0; kb < 4; ++kb) fence_frag(va[kb]);
     DK_MARK(4)
     // Output: stage [64 t][16 v] bf16 per warp, then 16-byte rows to global.
+    if constexpr (kStsmO) {
+      // matrices (nt, h): fragment rows v = 8 h + g, columns t = 8 nt + 2 q, +1 -> stored transposed at row t, 8 v's
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int t = 8 * nt + 2 * q;
-      __nv_bfloat16* r0 = reinterpret_cast<__nv_bfloat16*>(so + t * 32);
-      __nv_bfloat16* r1 = reinterpret_cast<__nv_bfloat16*>(so + (t + 1) * 32);
-      r0[g] = __float2bfloat16_rn(o[nt][0]);
-      r1[g] = __float2bfloat16_rn(o[nt][1]);
-      r0[g + 8] = __float2bfloat16_rn(o[nt][2]);
-      r1[g + 8] = __float2bfloat16_rn(o[nt][3]);
-    }
-    __syncwarp();
+      for (int np = 0; np < 4; ++np) {
+        uint32_t r[4];
+        r[0] = pack_bf(o[2 * np][0], o[2 * np][1]);
+        r[1] = pack_bf(o[2 * np][2], o[2 * np][3]);
+        r[2] = pack_bf(o[2 * np + 1][0], o[2 * np + 1][1]);
+        r[3] = pack_bf(o[2 * np + 1][2], o[2 * np + 1][3]);
+        const int mi = lane >> 3;
+        stsm4t(smem_u32(so) + uint32_t((16 * np + 8 * (mi >> 1) + (lane & 7)) * 32 + (mi & 1) * 16), r);
+      }
+      __syncwarp();
+      const int64_t rs = HV * V;  // elements between consecutive tokens' rows
+      __nv_bfloat16* ob = out + ((t0 + (lane >> 1)) * HV + hv) * V + col0 + 16 * sw + 8 * (lane & 1);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int idx = lane + 32 * i, row = idx >> 1, half = idx & 1;
-      if (row < n && store_out)
-        *reinterpret_cast<uint4*>(out + ((t0 + row) * HV + hv) * V + col0 + 16 * sw + 8 * half) =
-            *reinterpret_cast<const uint4*>(so + row * 32 + half * 16);
+      for (int i = 0; i < 4; ++i) {
+        const int row = (lane >> 1) + 16 * i;
+        if (row < n && store_out)
+          *reinterpret_cast<uint4*>(ob + int64_t(16 * i) * rs) =
+              *reinterpret_cast<const uint4*>(so + row * 32 + (lane & 1) * 16);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int t = 8 * nt + 2 * q;
+        __nv_bfloat16* r0 = reinterpret_cast<__nv_bfloat16*>(so + t * 32);
+        __nv_bfloat16* r1 = reinterpret_cast<__nv_bfloat16*>(so + (t + 1) * 32);
+        r0[g] = __float2bfloat16_rn(o[nt][0]);
+        r1[g] = __float2bfloat16_rn(o[nt][1]);
+        r0[g + 8] = __float2bfloat16_rn(o[nt][2]);
+        r1[g + 8] = __float2bfloat16_rn(o[nt][3]);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = lane + 32 * i, row = idx >> 1, half = idx & 1;
+        if (row < n && store_out)
+          *reinterpret_cast<uint4*>(out + ((t0 + row) * HV + hv) * V + col0 + 16 * sw + 8 * half) =
+              *reinterpret_cast<const uint4*>(so + row * 32 + half * 16);
+      }
     }
     __syncwarp();
     DK_MARK(5)
@@ -1715,8 +1750,9 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   // BASE: 209, or 721 (the overlap); L4: the local pass at 4 CTAs / SM (bit 16384, on 209 only)
   // MB: the mbarrier stage release (bit 65536, on 28881 only: 94417) in every state kernel this launch takes
-  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384),
-                SV = (VAR & 434) | 4096 | MB;
+  // SO: the stmatrix output store (bit 2097152, session 10 opt-in) in every state kernel this launch takes
+  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384), SO = VAR & 2097152,
+                SV = (VAR & 434) | 4096 | MB | SO;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
   int dev = 0, sms = 0;
@@ -1746,9 +1782,9 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
       // 1.933 ms); not at C <= SMs (27B TP1 1 x 8192: 0.475 -> 0.683).
       const int64_t w1 = (C + sms - 1) / sms, w2 = (C + 2 * sms - 1) / (2 * sms);
       if (p.v_dim % (2 * kBV) == 0 && 3960.0 * double(w2) < 0.97 * 2300.0 * double(w1))
-        return launch_split<8192 | BASE | L4 | MB>(a, s);
+        return launch_split<8192 | BASE | L4 | MB | SO>(a, s);
     }
-    return launch_split<BASE | L4 | MB>(a, s);
+    return launch_split<BASE | L4 | MB | SO>(a, s);
   }
   if (w0 < 1) w0 = 1;
   if (cudaFuncSetAttribute(split_local_kernel<LV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1790,7 +1826,7 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   } else {
   const DkGdrPrefillFusedParams& p = a.p;
   // the bits each kernel reads (1, 2, 64, 16384 / 2, 16, 32, 128, 256, 8192)
-  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192 | 32768 | 65536);
+  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192 | 32768 | 65536 | 2097152);
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
   if constexpr (kPair) {
     if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
@@ -1835,6 +1871,7 @@ bool split_variant_known(int v) {
   if (v == 159953 || v == 225489) return true;  // 28881 / 94417 with the local pass on wgmma (bit 131072; session 9)
   // 225489 + 262144: the wgmma local pass's session-10 form; + 524288 (no epilogue barrier) / + 1048576 (bulk copy-out)
   if (v == 487633 || v == 1011921 || v == 1536209 || v == 2060497) return true;  // session 10
+  if (v == 4157649) return true;  // 2060497 + 2097152 (the stmatrix output store; session 10, opt-in)
   switch (v) {
     case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
     case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
@@ -1895,6 +1932,9 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // copies; 1011921 / 1536209 / 2060497, read there too; 2060497 = all three: the library default since session 10)
   if (p->variant == 487633 || p->variant == 1011921 || p->variant == 1536209 || p->variant == 2060497)
     return launch_cp<94417>(a, s);
+  // 4157649 = 2060497 + 2097152 (session 10, opt-in, gdr-state): the same routes with the state kernels' output tile
+  // stored through stmatrix .trans (split_wg_kernel kStsmO)
+  if (p->variant == 4157649) return launch_cp<94417 | 2097152>(a, s);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417

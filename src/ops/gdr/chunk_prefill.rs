@@ -396,7 +396,9 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// every value head on warps 2-3, Tb stored by 32-row items, the inverse's phases at <= 2
 /// products per warp), 1011921 / 1536209 = 487633 + 524288 (the epilogue -> diagonal-inverse
 /// hand-off by a warp barrier) / + 1048576 (the stage image copied out by TMA bulk copies),
-/// 2060497 = both (the default since session 10); any other value fails the call with an error
+/// 2060497 = both (the default since session 10), 4157649 = 2060497 + 2097152 (opt-in, session
+/// 10: the state kernels' output tile stored through `stmatrix .trans`, same values); any other
+/// value fails the call with an error
 /// before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
     static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
