@@ -115,10 +115,18 @@ typedef struct DkAttnPrefillSm90Params {
    * by the consumer warpgroups, 40 = 39 recording the timeline, 41 = 39 with a stmatrix
    * epilogue, 42 = 31 with Q loaded by TMA (tensor maps prefetched at entry; without the K / V
    * maps, i.e. page_size % 16 != 0, 12 runs as for 30 / 31; then 31 runs for a group above 16 or
-   * if the Q encoder fails), 43 = 42 recording the timeline (39-43 opt-in, session 9).
-   * The safe wrapper's default: 30 (session 7; 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-43 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=43:
+   * if the Q encoder fails), 43 = 42 recording the timeline (39-43 opt-in, session 9); 44 = 31
+   * with Q by TMA from whole-token boxes issued by one lane and the partial-token rows by cp.async
+   * (the barriers set up while the metadata loads; 31 runs for a group above 64 or if the Q encoder
+   * fails; page_size % 16 != 0 runs 12), 45 = 44 recording the timeline, 46 = 44 with K tile 1 /
+   * V tile 0 issued only once Q landed, 47 = 46 recording the timeline, 48 = 44 with every full
+   * K / V tile's boxes issued by one lane with warp-uniform operands, 49 = 48 recording the
+   * timeline, 50 = 48 recording the timeline with K tile 0's issuer stamped, 51 = 48 with K tile
+   * 0's operands prepared at entry and its boxes issued first (not yet run on a GPU), 52 = 51
+   * recording the timeline (session 10).
+   * The safe wrapper's default: 48 (session 10; 30 in sessions 7-9, 25 in session 6).
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-52 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=52:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
 } DkAttnPrefillSm90Params;
@@ -126,13 +134,17 @@ typedef struct DkAttnPrefillSm90Params {
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43: copies the first `n` words
+/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 / 47 / 49 / 50 / 52:
+ * copies the first `n` words
  * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
  * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
  * stored, producer done, sequence bounds + context length loaded, past the barrier-init
  * __syncthreads, warpgroup 0's first Q rows issued, K tile 0 issued; 40: field 10 = consumer
  * warpgroup 0 issued its Q rows; 43: 10 = the Q boxes issued, 7 / 8 = the Q-issuing warp past its
- * register release / before its first box; zero = not recorded) of the
+ * register release / before its first box; 45 / 47 / 49: 7 = the partial-token Q rows issued,
+ * 8 = the bounds known (after the barrier sync of 9), 10 = the Q boxes issued; 50 / 52: as 49
+ * but 7 / 8 = K tile 0's issuer past its register release / before its first box; zero = not
+ * recorded) of the
  * device-global timeline buffer to `host`, then zeroes the buffer and synchronizes the device.
  * Synchronize the launching stream first. */
 dk_status dk_attn_prefill_sm90_timeline(uint64_t *host, int64_t n);
