@@ -91,7 +91,8 @@ dk_status dk_gdr_chunk_prefill_split_sm90_check(const DkGdrPrefillFusedParams *p
  * since session 10: H200 tests 20/20, memcheck 0, racecheck 0 on four chunk-prefill tests, local pass 167 -> 136 us at
  * 27B TP1, 5.0 / 3.7 / 4.5 / 3.8% faster than 225489 at the four benchmark shapes, same call); 4157649 (= 2060497 +
  * 2097152, session 10, opt-in): 2060497 whose state kernels store the output tile through stmatrix .trans (same
- * values; see docs/benchmarks/2026-12-02-gdr-state-s10.md); 94417 (= 28881 +
+ * values; H200: tests 20/20, memcheck 0, 0.9-2.6% faster than 2060497 at the four benchmark shapes, same call; see
+ * docs/benchmarks/2026-12-02-gdr-state-s10.md); 94417 (= 28881 +
  * 65536, session 9): 28881's routes with the mbarrier stage release in every state kernel they take (single CTA, pair
  * CTA, both context-parallel passes; same results; H200: compute-sanitizer racecheck 0 where 28881 reports the
  * named-barrier stage refill, same speed). Every other variant is DK_ERR_INVALID_ARGUMENT, from the _check too (before
