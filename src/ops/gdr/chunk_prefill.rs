@@ -396,8 +396,8 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// every value head on warps 2-3, Tb stored by 32-row items, the inverse's phases at <= 2
 /// products per warp), 1011921 / 1536209 = 487633 + 524288 (the epilogue -> diagonal-inverse
 /// hand-off by a warp barrier) / + 1048576 (the stage image copied out by TMA bulk copies),
-/// 2060497 = both (the default since session 10), 4157649 = 2060497 + 2097152 (opt-in, session
-/// 10: the state kernels' output tile stored through `stmatrix .trans`, same values); any other
+/// 2060497 = both (session 10), 4157649 = 2060497 + 2097152 (the default since session 10's end
+/// check: the state kernels' output tile stored through `stmatrix .trans`, same values); any other
 /// value fails the call with an error
 /// before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
 fn split_variant_override() -> Option<i32> {
@@ -414,7 +414,14 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 2060497
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 4157649
+/// (session 10's end check) = 2060497 with the state kernels' output tile written to the staging
+/// buffer by four `stmatrix .trans` instead of 32 two-byte shared stores (bit 2097152 of
+/// `split_wg_kernel`, every route: single, pair, context parallel; same values). H200 2026-12-02,
+/// same call: 0.3995 / 0.3046 / 1.6339 / 2.3387 ms vs 2060497 0.4092 / 0.3087 / 1.6653 / 2.4005 at
+/// 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (-2.4 / -1.3 / -0.9 / -2.6%), GPU tests 20/20,
+/// memcheck 0 (`docs/benchmarks/2026-12-02-gdr-state-s10.md`); racecheck and the engine's GPU
+/// tests in the end check (`docs/benchmarks/2026-12-02-end-check-s10.md`). 2060497
 /// (session 10) = 225489 with the local pass's session-10 form (bits 262144 | 524288 | 1048576 of
 /// `csrc/gdr/chunk_local_wgmma_sm90.cu`: the A / P decays below each warp's diagonal block as a
 /// row factor times a column factor (no exp per element there), the gating of every value head on
@@ -450,7 +457,7 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 2_060_497;
+const SPLIT_VARIANT: i32 = 4_157_649;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
