@@ -193,7 +193,8 @@ rows = [r for r in rows if r["id"] == "27b_tp1/8192" and r["kernel"].startswith(
 best = min(rows, key=lambda r: r["us"], default=None)
 print("" if best is None or best["kernel"] == "sm90" else best["kernel"][len("sm90v"):])' "$OUT/quick.jsonl")
   fi
-  var="${var:-48}"  # Auto = the wrapper's SM90_DEFAULT_VARIANT (src/ops/attn.rs)
+  # Auto = the wrapper's SM90_DEFAULT_VARIANT, read from src/ops/attn.rs (not repeated here)
+  var="${var:-$(sed -n 's/^const SM90_DEFAULT_VARIANT: i32 = \([0-9_]*\);.*/\1/p' src/ops/attn.rs)}"
   echo "ncu: prefill variant $var"
   DELTAKIT_BENCH_QUICK=1 DELTAKIT_BENCH_FILTER="${ATTN_NCU_FILTER:-27b_tp1/8192}" \
     DELTAKIT_BENCH_PREFILL_VARIANTS="${var:-}" \
