@@ -8,7 +8,9 @@
 //! {16, 32}, V in {16, 32}, every combination with K in {16, 32, 64, 128}, V in {16, 32, 64,
 //! 128}). Gates at the edge of f32 (g = -inf from exp(A_log) overflowing, softplus underflowing),
 //! heads per rank 1..64, and one row of T = 266_305 tokens whose `[T, H_v, V]` tensors pass 2^31
-//! elements (int64 offsets).
+//! elements (int64 offsets). The engine's decode pair `conv1d.update` -> `gdr.decode` on one stream
+//! (the small-batch route is a programmatic dependent launch behind the early-triggering conv),
+//! many steps back to back, eagerly and in a CUDA graph.
 mod common;
 
 use std::sync::Arc;
@@ -801,4 +803,219 @@ fn decode_rejects_bad_arguments() {
     assert!(stream.clone_dtoh(&dout).unwrap().iter().all(|x| x.is_nan()), "out written on error");
     let s = stream.clone_dtoh(&dstate).unwrap();
     assert!(s.iter().zip(&state0).all(|(a, b)| a.to_bits() == b.to_bits()), "state written");
+}
+
+/// One step's host data of the PDL pair: conv input rows and the gate inputs.
+struct PairStep {
+    x: Vec<bf16>,
+    a: Vec<bf16>,
+    b: Vec<bf16>,
+}
+
+/// `steps` decode steps of `conv1d.update` (W = 4, writing the packed q / k / v of fresh random
+/// inputs into a NaN-poisoned per-step buffer) followed immediately by `gdr.decode` reading them
+/// (strided views) on the same stream, with both state pools carried across steps; eagerly or
+/// captured in one CUDA graph. `conv1d.update` triggers its dependents at entry and the small-batch
+/// `gdr.decode` route (< 128 (row, head) pairs, K = V = 128) is a programmatic dependent launch, so
+/// this checks the placement of its `griddepcontrol.wait`: a read of q / k / v / a / b before it
+/// would see NaN or the previous step. Returns the worst out / state errors vs deltakit-ref.
+#[allow(clippy::too_many_lines, clippy::too_many_arguments)] // one pipeline, checked end to end
+fn pdl_pair_case(
+    stream: &Arc<CudaStream>,
+    case: u64,
+    d: GdrDims,
+    n: usize,
+    t: usize,
+    steps: usize,
+    pad: &[usize],
+    graph: bool,
+) -> CaseResult {
+    use deltakit::ops::conv1d::{update, ConvDims};
+    use deltakit_ref::conv1d as rconv;
+    let (mut rng, seed) = common::rng(case);
+    let rows = n * t;
+    let (qk, vw) = (d.h_k * d.k, d.h_v * d.v);
+    let cd = 2 * qk + vw;
+    let cdims = ConvDims { conv_dim: cd, width: 4 };
+    let (slots, num_slots) = slot_layout(&mut rng, n, pad);
+    let weight = bf16_vec(&mut rng, cd * 4, -0.6, 0.6);
+    let bias = bf16_vec(&mut rng, cd, -0.2, 0.2);
+    let a_log = f32_vec(&mut rng, d.h_v, -2.0, 1.0);
+    let dt_bias = f32_vec(&mut rng, d.h_v, -1.0, 1.0);
+    let cstate0 = bf16_vec(&mut rng, num_slots * cd * 3, -1.0, 1.0);
+    let per_slot = d.state_per_slot();
+    let state0 = f32_vec(&mut rng, num_slots * per_slot, -1.0, 1.0);
+    let host: Vec<PairStep> = (0..steps)
+        .map(|_| PairStep {
+            x: bf16_vec(&mut rng, rows * cd, -2.0, 2.0),
+            a: bf16_vec(&mut rng, rows * d.h_v, -3.0, 3.0),
+            b: bf16_vec(&mut rng, rows * d.h_v, -3.0, 3.0),
+        })
+        .collect();
+
+    // Reference: conv1d.update then gdr.decode per step, both pools carried.
+    let (mut ref_cstate, mut ref_state) = (cstate0.clone(), state0.clone());
+    let mut ref_outs = Vec::with_capacity(steps * rows * vw);
+    for st in &host {
+        let mut qkv = vec![bf16::ZERO; rows * cd];
+        let rd = rconv::ConvDims { conv_dim: cd, width: 4 };
+        rconv::update(&st.x, &weight, Some(&bias[..]), rd, t, &slots, &mut ref_cstate, &mut qkv)
+            .unwrap();
+        let split = |lo: usize, w: usize| -> Vec<bf16> {
+            (0..rows).flat_map(|r| qkv[r * cd + lo..r * cd + lo + w].to_vec()).collect()
+        };
+        let inp = Inputs {
+            q: split(0, qk),
+            k: split(qk, qk),
+            v: split(2 * qk, vw),
+            a: st.a.clone(),
+            b: st.b.clone(),
+            a_log: a_log.clone(),
+            dt_bias: dt_bias.clone(),
+        };
+        ref_outs.extend(reference(&inp, d, t, &slots, true, &mut ref_state));
+    }
+
+    // Device buffers: every step's inputs uploaded ahead, every step's conv output and decode
+    // output poisoned with NaN.
+    let xs: Vec<bf16> = host.iter().flat_map(|s| s.x.iter().copied()).collect();
+    let as_: Vec<bf16> = host.iter().flat_map(|s| s.a.iter().copied()).collect();
+    let bs: Vec<bf16> = host.iter().flat_map(|s| s.b.iter().copied()).collect();
+    let dx = stream.clone_htod(&xs).unwrap();
+    let da = stream.clone_htod(&as_).unwrap();
+    let db = stream.clone_htod(&bs).unwrap();
+    let dw = stream.clone_htod(&weight).unwrap();
+    let dbias = stream.clone_htod(&bias).unwrap();
+    let dal = stream.clone_htod(&a_log).unwrap();
+    let ddt = stream.clone_htod(&dt_bias).unwrap();
+    let dslots = stream.clone_htod(&slots).unwrap();
+    let mut dcstate = stream.clone_htod(&cstate0).unwrap();
+    let mut dstate = stream.clone_htod(&state0).unwrap();
+    let mut dqkv = stream.clone_htod(&vec![bf16::NAN; steps * rows * cd]).unwrap();
+    let mut dout = stream.clone_htod(&vec![bf16::NAN; steps * rows * vw]).unwrap();
+    stream.synchronize().unwrap();
+
+    let strides = DecodeStrides { q: Some(cd), k: Some(cd), v: Some(cd), ab: None };
+    let mut enqueue = |i: usize| {
+        let (xr, qr) = (i * rows * cd..(i + 1) * rows * cd, i * rows * cd..(i + 1) * rows * cd);
+        update(
+            stream,
+            cdims,
+            t,
+            &dx.slice(xr),
+            None,
+            &dw,
+            Some(&dbias),
+            &dslots,
+            None,
+            &mut dcstate,
+            &mut dqkv.slice_mut(qr.clone()),
+        )
+        .unwrap();
+        let qkv = dqkv.slice(qr);
+        let abr = i * rows * d.h_v..(i + 1) * rows * d.h_v;
+        decode(
+            stream,
+            d,
+            t,
+            GdrOptions::default(),
+            strides,
+            &qkv.slice(..),
+            &qkv.slice(qk..),
+            &qkv.slice(2 * qk..),
+            &da.slice(abr.clone()),
+            &db.slice(abr),
+            &dal,
+            &ddt,
+            &dslots,
+            None,
+            &mut dstate,
+            &mut dout.slice_mut(i * rows * vw..(i + 1) * rows * vw),
+        )
+        .unwrap();
+    };
+    if graph {
+        use deltakit::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        for i in 0..steps {
+            enqueue(i);
+        }
+        let g = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().unwrap();
+        g.launch().unwrap();
+        stream.synchronize().unwrap(); // the graph outlives its replay
+    } else {
+        for i in 0..steps {
+            enqueue(i);
+        }
+    }
+    let out = to_f32(&stream.clone_dtoh(&dout).unwrap());
+    let state = stream.clone_dtoh(&dstate).unwrap();
+    let ctx = format!("{d:?} n={n} t={t} steps={steps} pad={pad:?} graph={graph} seed={seed}");
+    let step_w = rows * vw;
+    let mut out_err = 0f64;
+    for i in 0..steps {
+        let e = rel_err(
+            &out[i * step_w..(i + 1) * step_w],
+            &to_f32(&ref_outs[i * step_w..(i + 1) * step_w]),
+        );
+        assert!(e <= OUT_TOL, "{ctx}: step {i} out rel err {e}");
+        out_err = out_err.max(e);
+    }
+    for (r, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            let o = &out[r * t * vw..(r + 1) * t * vw];
+            assert!(o.iter().all(|&x| x.to_bits() == 0), "{ctx}: padding row {r} not zero");
+        }
+    }
+    let live: Vec<usize> = slots.iter().filter(|&&s| s >= 0).map(|&s| s as usize).collect();
+    let (mut got_s, mut ref_s) = (Vec::new(), Vec::new());
+    for s in 0..num_slots {
+        let r = s * per_slot..(s + 1) * per_slot;
+        if live.contains(&s) {
+            got_s.extend_from_slice(&state[r.clone()]);
+            ref_s.extend_from_slice(&ref_state[r]);
+        } else {
+            assert!(
+                state[r.clone()].iter().zip(&state0[r]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{ctx}: canary slot {s} changed"
+            );
+        }
+    }
+    let state_err = rel_err(&got_s, &ref_s);
+    assert!(state_err <= STATE_TOL, "{ctx}: state rel err {state_err}");
+    CaseResult { out_err, state_err }
+}
+
+/// The engine's decode pair conv1d.update -> gdr.decode (programmatic dependent launch on the
+/// small-batch route; `DELTAKIT_GDR_DECODE_NO_PDL=1` runs the same checks on the plain kernel):
+/// 27B TP1 / TP2 / 9B-like head counts at the batches the PDL route serves (and one past it),
+/// T = 1 and 2, a padding row, many steps back to back on one stream, then once in a CUDA graph.
+#[test]
+fn decode_pdl_pair_behind_conv1d_update() {
+    let Some(ctx) = gpu_or_skip("decode_pdl_pair_behind_conv1d_update") else { return };
+    // SAFETY: every buffer of this test is used on `stream` only (its own stream, as the engine's;
+    // no event records between the pair's kernels).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().unwrap();
+    let steps = if sanitize() { 6 } else { 40 };
+    let mut worst = (0.0, 0.0);
+    let mut case = 9000;
+    let cases: &[(usize, usize, usize, usize, &[usize])] = &[
+        (16, 48, 1, 1, &[]),
+        (16, 48, 2, 1, &[1]),
+        (8, 24, 1, 1, &[]),
+        (8, 24, 5, 1, &[3]),
+        (16, 32, 3, 1, &[]),
+        (16, 48, 1, 2, &[]),
+        (8, 24, 6, 1, &[]),
+    ];
+    for &(h_k, h_v, n, t, pad) in cases {
+        let d = GdrDims { h_k, h_v, k: 128, v: 128 };
+        for graph in [false, true] {
+            case += 1;
+            let r = pdl_pair_case(&stream, case, d, n, t, steps, pad, graph);
+            fold(&mut worst, &r);
+        }
+    }
+    report("PDL pair behind conv1d.update (27B TP1 / TP2, 9B; eager + graph)", worst);
 }

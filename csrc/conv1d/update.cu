@@ -12,7 +12,8 @@
 // in registers across the S tokens and writes the new windows back at the end: each state
 // element is read and written by the same thread only (no cross-thread hazard). Slots outside
 // [0, num_slots) (incl. -1) are padding: zero output, state untouched. Same f32 operations per
-// output in both paths (bit-identical results).
+// output in both paths (bit-identical results). Both kernels execute griddepcontrol.launch_dependents at entry
+// (trigger_dependents: the programmatic-dependent-launch pair with gdr.decode, session 10).
 #include "../common/bf16x8.cuh"
 #include "../common/launch.cuh"
 #include "common.cuh"
@@ -21,8 +22,21 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// griddepcontrol.launch_dependents at kernel entry (sm_90+; compiled out for older archs): a kernel launched after
+// this one on the stream with the programmatic-stream-serialization attribute (the engine: gdr.decode's small-batch
+// route) may start at once and overlap its launch and prologue with this kernel; it must execute griddepcontrol.wait
+// before reading anything this kernel (or one before it) writes -- the wait returns only once this grid has completed
+// and its memory is visible. No effect on dependents launched without the attribute (they start after this grid
+// completes, as always).
+__device__ __forceinline__ void trigger_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 template <int W>
 __global__ void __launch_bounds__(kThreads) conv1d_update_kernel(DkConv1dUpdateParams p, int64_t cblocks) {
+  trigger_dependents();
   const int64_t row = blockIdx.x / cblocks;
   const int64_t c = (blockIdx.x % cblocks) * kThreads + threadIdx.x;
   if (c >= p.conv_dim) return;
@@ -65,6 +79,7 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[kVec])
 // accesses.
 template <int W>
 __global__ void __launch_bounds__(kThreads) conv1d_update_vec_kernel(DkConv1dUpdateParams p, int64_t cblocks) {
+  trigger_dependents();
   const int64_t row = blockIdx.x / cblocks;
   const int64_t c0 = ((blockIdx.x % cblocks) * kThreads + threadIdx.x) * kVec;
   if (c0 >= p.conv_dim) return;

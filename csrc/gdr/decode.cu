@@ -36,7 +36,8 @@
 // NW = 4, 5 CTAs per SM (launch_sl); T = 4 from 384 pairs and T = 8 from 3,072: decode_slc_kernel (4 tokens per
 // state pass, slc_default; sm_90 images only). Else K = V = 128 (any T; the PRE + FG kernels, see below) with
 // 256..400 (row, head) pairs (one wave; T = 1 only below 384): BV = 128 (a whole head per CTA), NW = 4, 3 CTAs per SM;
-// else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1. Other K, V in
+// else >= 256 64-column tiles (128 pairs): BV = 64, NW = 2; else BV = 16, NW = 1 (K = V = 128: launched as a
+// programmatic dependent of the previous kernel, see decode_kernel's PDL and pdl_enabled; session 10). Other K, V in
 // {64, 128}: exact kernels, the same tiles for T = 1 only with the 64-column one from 512 tiles (T > 1:
 // BV = 16, NW = 1). DELTAKIT_GDR_DECODE forces a path (path_selected). A
 // persistent variant with a per-thread cp.async prefetch of the next tile (tools/tune/gdr_decode_lib.cu,
@@ -538,16 +539,59 @@ __device__ __forceinline__ void run_tokens(const Args& p, int64_t n, int64_t hv,
 
 }
 
+// griddepcontrol.wait (sm_90+; compiled out for older archs, whose launchers never set the PDL attribute).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // PRE (the K = V = 128 dispatch, with FG): 32-bit index math (no int64 division calls) and
 // token 0's inputs (a, b, q, k, v, a_log, dt_bias) loaded before the slot, so the state load is the
 // only global latency on the way to the first state FMA (the default kernel waits for the slot, then
 // for a / b behind the state loads, then -- after the gating math -- for q / k).
+//
+// PDL (with PRE; the small-batch route of the default, launched by launch_cfg with dk::launch_pdl): a programmatic
+// dependent of the previous kernel on the stream (the engine: conv1d.update, which executes
+// griddepcontrol.launch_dependents at entry, so this grid may start while it drains). Only the slot indices and the
+// state pool are read before griddepcontrol.wait (the slot, then the state tile into registers); everything else --
+// token 0's inputs q / k / v / a / b, a_log, dt_bias, every later token, and every global write (outputs, zero rows
+// of padding, the state) -- comes after it. griddepcontrol.wait returns once the previous grid has completed and its
+// memory is visible (at once when launched without the attribute). Contract (src/ops/gdr/decode.rs): the state pool
+// and the slots must not be written by the kernel immediately before this one in the stream if that kernel
+// triggers early. This kernel does not trigger (the implicit trigger at exit): a following gdr.decode on the same
+// pool stays ordered after its state stores.
 template <int K, int V, int BV, int NW, bool L2, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false,
-          bool FG = false>
+          bool FG = false, bool PDL = false>
 __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
   using G = Geo<K, V, BV, NW>;
   constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
+  static_assert(PRE || !PDL, "PDL only with PRE");
   __shared__ Smem<K, BV, NW> sm;
+  if constexpr (PDL) {
+    constexpr int EK = G::EK;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int cg = lane % LV;
+    const int kq = lane / LV;
+    const int kt = warp * KW + kq;
+    const Place c = place32<V, BV>(p, cg);
+    const int32_t slot = p.slots[c.n];  // before the wait: slots (contract)
+    const bool live = slot_live(p, slot);
+    float4 s[R];
+    if (live) load_rows<LD, V, KT>(head_state<K, V>(p, slot, c.hv) + c.col0, kt, s);  // before the wait: the pool
+    pdl_wait();
+    TokIn<EK> in0;
+    load_tok0<K, V, EK, G::KL>(p, c, lane, in0);
+    if (!live) {
+      if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
+      return;
+    }
+    float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
+    run_tokens<K, V, BV, NW, L2, true, FG>(p, c.n, c.hv, c.col0, s, sm, &in0, c.kh);
+    store_rows<ST, V, KT>(st, kt, s);
+    return;
+  }
   if constexpr (PRE) {
     constexpr int EK = G::EK;
     const int lane = threadIdx.x & 31;
@@ -1139,8 +1183,29 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_slc_kernel(const Args p)
 // (docs/benchmarks/2026-12-01-gdrdec-s7.md, 2026-12-02-gdrdec-s8.md). Removed in session 8: it duplicated the sl
 // kernel's token body. Those DELTAKIT_GDR_DECODE values now select the default dispatch, like any unknown value.
 
-template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false>
+template <int K, int V, bool PRE = false, bool FG = false, bool WH = false, bool ALLT = false, bool PDL = false>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream);
+
+// The route log (DELTAKIT_GDR_DECODE_LOG=1, read once per process): one stderr line per routed call
+// ("gdr.decode route: <kernel> n=.. t=.. h_v=.."), so tests and device calls can check which path a case takes.
+inline bool route_log_on();
+inline void route_log(const char* kernel, const Args& a);
+
+// Whether the default's small-batch register tile (K = V = 128, the 16-column FG tile: < 128 (row, head) pairs, any
+// T; 27B TP1 B <= 2, TP2 B <= 5, 9B TP1 B <= 3) runs as a programmatic dependent launch (decode_kernel's PDL; H200
+// session 10, 20 calls in a CUDA graph behind an early-triggering kernel, B = 1: 2.94 / 2.01 us at 27B TP1 / TP2 vs
+// 3.69 / 3.20 plain): on unless DELTAKIT_GDR_DECODE_NO_PDL=1 (kill switch, read once per process), and only where
+// this library's image on the current device is the sm_90a one (griddepcontrol, the PDL attribute).
+inline bool pdl_enabled() {
+  static const bool off = dk::env_flag("DELTAKIT_GDR_DECODE_NO_PDL");
+  if (off) return false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return dk::sm90a_image(dev);
+}
 
 // Launches the TMA-fed persistent kernel: grid = min(items, SMs x resident CTAs per SM).
 template <int K, int V, int BV, int NW, int NS, bool EF = false>
@@ -1179,12 +1244,23 @@ dk_status launch_tma(const Args& a, bool l2, cudaStream_t stream) {
 }
 
 // Launches one (K, V, BV, NW) configuration.
-template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false, bool FG = false>
+// PDL: the programmatic-dependent form (decode_kernel's PDL) where pdl_enabled() says so, else the plain kernel.
+template <int K, int V, int BV, int NW, int LD = 0, int ST = 0, int MINB = 1, bool PRE = false, bool FG = false,
+          bool PDL = false>
 dk_status launch_cfg(const Args& a, bool l2, cudaStream_t stream) {
   static_assert(PRE || !FG, "FG only with PRE");
   const int64_t blocks = a.n * a.h_v * (V / BV);
   if (blocks == 0) return DK_OK;
   if (blocks > 0x7fffffffLL) return DK_ERR_INVALID_ARGUMENT;
+  if constexpr (PDL) {
+    if (pdl_enabled()) {
+      route_log("register tile bv16_nw1 (PDL)", a);
+      auto kern = l2 ? decode_kernel<K, V, BV, NW, true, LD, ST, MINB, PRE, FG, true>
+                     : decode_kernel<K, V, BV, NW, false, LD, ST, MINB, PRE, FG, true>;
+      (void)dk::launch_pdl(kern, dim3(static_cast<unsigned>(blocks)), dim3(NW * 32), 0, stream, a);
+      return dk::launch_status();
+    }
+  }
   if (l2) {
     decode_kernel<K, V, BV, NW, true, LD, ST, MINB, PRE, FG><<<static_cast<unsigned>(blocks), NW * 32, 0, stream>>>(a);
   } else {
@@ -1374,7 +1450,7 @@ inline Path path_selected() {
 // K = V = 128: at T = 4 the 64-column FG tile is 4% faster than the whole-head one from 1536 pairs,
 // the whole-head one 9% faster at 384 pairs; both 15-20% faster than BV = 16, which the earlier
 // dispatch took for every T > 1). FG: the FG kernels (with PRE).
-template <int K, int V, bool PRE, bool FG, bool WH, bool ALLT>
+template <int K, int V, bool PRE, bool FG, bool WH, bool ALLT, bool PDL>
 dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
   const bool wide_t = a.t == 1 || ALLT;
   if constexpr (K == 128 && V == 128) {
@@ -1385,7 +1461,7 @@ dk_status launch_reg(const Args& a, bool l2, cudaStream_t stream) {
   }
   if (wide_t && a.n * a.h_v * (V / 64) >= (FG ? kWideTileMinTilesFg : kWideTileMinTiles))
     return launch_cfg<K, V, 64, 2, 0, 0, 1, PRE, FG>(a, l2, stream);
-  return launch_cfg<K, V, 16, 1, 0, 0, 1, PRE, FG>(a, l2, stream);
+  return launch_cfg<K, V, 16, 1, 0, 0, 1, PRE, FG, PDL && PRE && K == 128 && V == 128>(a, l2, stream);
 }
 
 // The default (kAuto) is the register-tile dispatch (K = V = 128: PRE + FG kernels, tile rule for every
@@ -1409,7 +1485,7 @@ dk_status launch_kv(const Args& a, bool l2, cudaStream_t stream) {
       }
       if (path == Path::kAuto && slc_default(a.t, a.n * a.h_v)) return launch_slc<K, V, 64, 4, 3, 4>(a, l2, stream);
       route_log("register tiles", a);
-      return launch_reg<K, V, true, true, false, true>(a, l2, stream);
+      return launch_reg<K, V, true, true, false, true, true>(a, l2, stream);
     }
     return launch_reg<K, V>(a, l2, stream);
   }

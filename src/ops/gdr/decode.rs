@@ -83,6 +83,21 @@ pub struct DecodeStrides {
 /// it fills its static slot buffer) to have every slot checked here: out of range or repeated live
 /// slots then fail with [`Error::Shape`] before anything is launched.
 ///
+/// Programmatic dependent launch (PDL, sm_90a images only): the default's small-batch route
+/// (`K = V = 128`, fewer than 128 (row, head) pairs, any `T`: 27B TP1 `N <= 2`, TP2 `N <= 5`) is
+/// launched with the programmatic-stream-serialization attribute, so it may start while the
+/// kernel before it on `stream` still runs when that kernel triggers early (`conv1d.update`
+/// does, at entry). The kernel reads only `slots` and `state` before `griddepcontrol.wait` (which
+/// returns once the previous kernel has completed and its writes are visible); `q`, `k`, `v`,
+/// `a`, `b`, `a_log`, `dt_bias` and every write (`out`, `state`) come after it. **Contract:** the
+/// kernel immediately before this call on `stream` must not write `state` or `slots` if it
+/// triggers early (`griddepcontrol.launch_dependents` before those writes); kernels that do not
+/// trigger (the default) and copies are always safe. True in the engine: `slots` is a host copy,
+/// the pool is written only by the gdr kernels, and neither `gdr.decode` nor the chunk prefill's
+/// last kernel triggers early. Kill switch: `DELTAKIT_GDR_DECODE_NO_PDL=1` (read once per
+/// process) launches the plain kernel. H200 (session 10, 20 calls in a CUDA graph behind an
+/// early-triggering kernel, 27B `N = 1`): 2.94 / 2.01 us at TP1 / TP2 vs 3.69 / 3.20 plain.
+///
 /// # Errors
 /// [`Error::Shape`] for any length, stride or alignment mismatch and for bad `slots_host`;
 /// [`Error::Unsupported`] for head dims outside `K` in {16, 32, 64, 128}, `V` in {16, 32, 64, 128};
