@@ -83,6 +83,11 @@ if [[ $parts == *" sanitize "* ]]; then
   # Session 8: T = 4 at >= 384 (row, head) pairs takes the chunked multi-token tile (slc) by default.
   san racecheck gdr_decode -- decode_heads_per_rank_sweep
   san memcheck graph_cuda -- padded_rows --test-threads=1
+  # Session 10: gdr.decode's small-batch PDL route behind conv1d.update (eager and in a graph); attn.prefill 48 (the
+  # default) at groups 17..64; the opt-in 51 / 52 (K tile 0 issued first) on the small cases.
+  san racecheck gdr_decode -- decode_pdl_pair_behind_conv1d_update
+  san memcheck attn -- prefill_q_by_tma_variants_take_groups_above_16
+  SAN_ENV="DELTAKIT_TEST_PREFILL_VARIANTS=51,52" san memcheck attn -- prefill_kernels_small_cases_for_sanitizer
   S+=("sanitizers: $(since "$t")")
 fi
 
