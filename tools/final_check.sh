@@ -26,6 +26,9 @@ since() { echo "$(( $(date +%s) - $1 ))s"; }
 
 # Session 9: racecheck of the gdr chunk-prefill sweeps (state kernels only), in the background while the tests run
 # (RACE_BG="" turns it off; RACE_BG_TIMEOUT per process, default 220 s). Output to files only (no open stdout).
+# Unpack the bundle's binaries once, before the background jobs and the tests use them (session 10: three racecheck
+# processes and the tests unpacking at once failed with "Text file busy" and never ran).
+"$B/run" --bench __none__ >/dev/null 2>&1
 if [[ $parts == *" sanitize "* ]]; then
   for tname in ${RACE_BG-qwen_shapes_vs_recurrence heads_per_rank_sweep long_sequence_int64_offsets}; do
     ( DELTAKIT_SANITIZE=1 timeout "${RACE_BG_TIMEOUT:-220}" "$B/run" \
