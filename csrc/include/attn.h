@@ -122,8 +122,8 @@ typedef struct DkAttnPrefillSm90Params {
    * V tile 0 issued only once Q landed, 47 = 46 recording the timeline, 48 = 44 with every full
    * K / V tile's boxes issued by one lane with warp-uniform operands, 49 = 48 recording the
    * timeline, 50 = 48 recording the timeline with K tile 0's issuer stamped, 51 = 48 with K tile
-   * 0's operands prepared at entry and its boxes issued first (not yet run on a GPU), 52 = 51
-   * recording the timeline (session 10).
+   * 0's operands prepared at entry and its boxes issued first (correct and memcheck-clean on the
+   * small cases, not timed), 52 = 51 recording the timeline (session 10).
    * The safe wrapper's default: 48 (session 10; 30 in sessions 7-9, 25 in session 6).
    * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-52 ignore `schedule` and, as 7,
    * need scale > 0 (else variant 5 runs); outside 0..=52:

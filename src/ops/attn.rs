@@ -519,8 +519,9 @@ pub enum PrefillKernel {
     /// issue loop), 49 = 48 recording the timeline (fields as 45), 50 = 48 recording the timeline
     /// with fields 7 / 8 = K tile 0's issuer past its register release / before its first box,
     /// 51 = 48 with K tile 0's operands prepared at entry and its boxes issued before anything
-    /// else of the producer (prepared in session 10, not yet run on a GPU), 52 = 51 recording the
-    /// timeline (fields as 50). 44-52 opt-in except 48 (the default since session 10).
+    /// else of the producer (session 10: correct and memcheck-clean on the small cases on an
+    /// H200, not timed), 52 = 51 recording the timeline (fields as 50). 44-52 opt-in except 48
+    /// (the default since session 10).
     /// Same results up to rounding. Values above 52 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
