@@ -42,7 +42,7 @@ fn check_dims(op: &'static str, d: ConvDims) -> Result<()> {
 }
 
 fn check_state(op: &'static str, d: ConvDims, len: usize, n: usize) -> Result<usize> {
-    let per_slot = d.conv_dim * (d.width - 1);
+    let per_slot = validate::product(op, "dims.conv_dim", &[d.conv_dim, d.width - 1])?;
     if len % per_slot != 0 || (n > 0 && len == 0) {
         return Err(Error::shape(
             op,
@@ -95,7 +95,7 @@ pub fn prefill<B: DevicePtr<bf16>, H: DevicePtr<u8>>(
     }
     let t = out.len() / cd;
     let xs = validate::strided_len(OP, "x", x.len(), t, cd, x_stride)?;
-    validate::len(OP, "weight", weight.len(), cd * dims.width)?;
+    validate::len(OP, "weight", weight.len(), validate::product(OP, "weight", &[cd, dims.width])?)?;
     if let Some(b) = bias {
         validate::len(OP, "bias", b.len(), cd)?;
     }
@@ -199,10 +199,10 @@ pub fn update<B: DevicePtr<bf16>>(
     }
     let cd = dims.conv_dim;
     let n = slots.len();
-    let rows = n * tokens_per_row;
-    validate::len(OP, "out", out.len(), rows * cd)?;
+    let rows = validate::product(OP, "tokens_per_row", &[n, tokens_per_row])?;
+    validate::len(OP, "out", out.len(), validate::product(OP, "out", &[rows, cd])?)?;
     let xs = validate::strided_len(OP, "x", x.len(), rows, cd, x_stride)?;
-    validate::len(OP, "weight", weight.len(), cd * dims.width)?;
+    validate::len(OP, "weight", weight.len(), validate::product(OP, "weight", &[cd, dims.width])?)?;
     if let Some(b) = bias {
         validate::len(OP, "bias", b.len(), cd)?;
     }

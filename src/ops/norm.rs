@@ -178,10 +178,8 @@ pub fn rms_gated_strided(
                 ));
             }
             let tokens = rows / heads;
-            let need = if tokens == 0 { 0 } else { (tokens - 1) * stride + heads * d };
-            if z.len() < need {
-                return Err(Error::shape(OP, "z", format!("len >= {need}"), z.len()));
-            }
+            // z must hold (tokens - 1) * stride + heads * d elements (checked arithmetic).
+            validate::strided_len(OP, "z", z.len(), tokens, heads * d, Some(stride))?;
             (stride, heads)
         }
     };

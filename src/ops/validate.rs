@@ -11,6 +11,15 @@ pub(crate) fn len(op: &'static str, arg: &'static str, got: usize, expected: usi
     }
 }
 
+/// The product of `factors` (element counts), or [`Error::Shape`] naming `arg` if it does not fit
+/// in `usize` (absurd sizes must fail the checks, not wrap past them in release builds).
+pub(crate) fn product(op: &'static str, arg: &'static str, factors: &[usize]) -> Result<usize> {
+    factors.iter().try_fold(1usize, |acc, &f| acc.checked_mul(f)).ok_or_else(|| {
+        let f: Vec<String> = factors.iter().map(ToString::to_string).collect();
+        Error::shape(op, arg, "a size that fits in usize", f.join(" x "))
+    })
+}
+
 /// A strided `[rows, row_len]` view with `stride` elements between rows: the buffer must hold
 /// `(rows - 1) * stride + row_len` elements (exactly `rows * row_len` when contiguous).
 pub(crate) fn strided_len(
@@ -23,14 +32,25 @@ pub(crate) fn strided_len(
 ) -> Result<usize> {
     match stride {
         None => {
-            len(op, arg, got, rows * row_len)?;
+            len(op, arg, got, product(op, arg, &[rows, row_len])?)?;
             Ok(row_len)
         }
         Some(s) => {
             if s < row_len {
                 return Err(Error::shape(op, arg, format!("row stride >= {row_len}"), s));
             }
-            let need = if rows == 0 { 0 } else { (rows - 1) * s + row_len };
+            let need = if rows == 0 {
+                0
+            } else {
+                product(op, arg, &[rows - 1, s])?.checked_add(row_len).ok_or_else(|| {
+                    Error::shape(
+                        op,
+                        arg,
+                        "a size that fits in usize",
+                        format!("({rows} - 1) x {s} + {row_len}"),
+                    )
+                })?
+            };
             if got < need {
                 return Err(Error::shape(
                     op,
@@ -89,4 +109,27 @@ pub(crate) fn slots_host(
 /// Converts a size to the C ABI's `int64_t`.
 pub(crate) fn i64_of(op: &'static str, arg: &'static str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::shape(op, arg, "a size that fits in i64", v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Absurd sizes fail the checks with a typed error instead of wrapping past them (release
+    /// builds do not trap on overflow).
+    #[test]
+    fn sizes_that_overflow_usize_are_shape_errors() {
+        assert!(matches!(
+            product("op", "x", &[1 << 40, 1 << 40]),
+            Err(Error::Shape { arg: "x", .. })
+        ));
+        assert_eq!(product("op", "x", &[3, 5, 7]).unwrap(), 105);
+        // 2^62 rows of 128: the product wraps to 0 in release builds.
+        assert!(strided_len("op", "q", 0, 1usize << 62, 128, None).is_err());
+        // (3 - 1) rows x a stride of 2^63 - 8 + 128 wraps below a 128-element buffer.
+        assert!(strided_len("op", "q", 128, 3, 128, Some((1usize << 63) - 8)).is_err());
+        assert!(strided_len("op", "q", usize::MAX, 2, 8, Some(usize::MAX - 4)).is_err());
+        assert_eq!(strided_len("op", "q", 24, 2, 8, Some(16)).unwrap(), 16);
+        assert!(strided_len("op", "q", 23, 2, 8, Some(16)).is_err());
+    }
 }

@@ -136,10 +136,13 @@ pub fn decode(
         return Err(Error::shape(OP, "tokens_per_row", ">= 1", 0));
     }
     let n = slots.len();
-    let rows = n * tokens_per_row;
-    let qs = validate::strided_len(OP, "q", q.len(), rows, h_k * kd, strides.q)?;
-    let ks = validate::strided_len(OP, "k", k.len(), rows, h_k * kd, strides.k)?;
-    let vs = validate::strided_len(OP, "v", v.len(), rows, h_v * vd, strides.v)?;
+    let rows = validate::product(OP, "tokens_per_row", &[n, tokens_per_row])?;
+    let qk_row = validate::product(OP, "dims", &[h_k, kd])?;
+    let v_row = validate::product(OP, "dims", &[h_v, vd])?;
+    validate::product(OP, "dims", &[v_row, kd])?; // H_v * K * V (the state per slot) fits
+    let qs = validate::strided_len(OP, "q", q.len(), rows, qk_row, strides.q)?;
+    let ks = validate::strided_len(OP, "k", k.len(), rows, qk_row, strides.k)?;
+    let vs = validate::strided_len(OP, "v", v.len(), rows, v_row, strides.v)?;
     for (arg, s) in [("q", qs), ("k", ks), ("v", vs)] {
         if s % 8 != 0 {
             return Err(Error::shape(OP, arg, "a token stride that is a multiple of 8", s));
@@ -149,7 +152,7 @@ pub fn decode(
     validate::strided_len(OP, "b", b.len(), rows, h_v, strides.ab)?;
     validate::len(OP, "a_log", a_log.len(), h_v)?;
     validate::len(OP, "dt_bias", dt_bias.len(), h_v)?;
-    validate::len(OP, "out", out.len(), rows * h_v * vd)?;
+    validate::len(OP, "out", out.len(), validate::product(OP, "out", &[rows, v_row])?)?;
     let per_slot = dims.state_per_slot();
     if state.len() % per_slot != 0 || (n > 0 && state.len() == 0) {
         return Err(Error::shape(
