@@ -535,7 +535,7 @@ pub enum PrefillKernel {
 const SM90_DEFAULT_SCHEDULE: i32 = 1;
 
 /// The sm_90a kernel's default tile configuration at head dim 256 (see
-/// [`PrefillKernel::Sm90Variant`]): 30 = 25 (19 -- 7 with the split TMA producer, the ordered
+/// [`PrefillKernel::Sm90Variant`]): 48 since session 10 (below); before it 30 = 25 (19 -- 7 with the split TMA producer, the ordered
 /// softmax, the LPT block order and the staged output, ping-pong -- with Q loaded by the V
 /// producer pair so K tile 0 issues at once) with the output rows addressed by stepping instead
 /// of a division per row. On an H200 (2026-12-01, session 7, docs/benchmarks/2026-12-01-attn-s7.md)
@@ -906,7 +906,7 @@ pub fn decode(
 
 /// [`decode`] with an explicit kernel choice (tests and benches compare the kernels in one
 /// process; `DELTAKIT_ATTN_DECODE` is not read). Same arguments, semantics and errors, plus
-/// [`Error::Shape`] naming `kernel` for a tile variant above 7.
+/// [`Error::Shape`] naming `kernel` for a tile variant above 17.
 ///
 /// # Errors
 /// As [`decode`].
