@@ -24,12 +24,17 @@ pub struct CacheConfig {
 
 impl CacheConfig {
     /// Pools for `max_seqs` sequences of up to `max_context` tokens each (every sequence can
-    /// reach the limit at once).
+    /// reach the limit at once). A `page_size` of 0 gives 0 pages (no panic); [`StatePool::new`]
+    /// then rejects the configuration with a typed error.
     #[must_use]
     pub fn for_sequences(max_seqs: usize, max_context: usize, page_size: usize) -> Self {
         Self {
             max_seqs,
-            num_pages: max_seqs.saturating_mul(max_context.div_ceil(page_size)),
+            num_pages: if page_size == 0 {
+                0
+            } else {
+                max_seqs.saturating_mul(max_context.div_ceil(page_size))
+            },
             page_size,
             max_context,
         }
@@ -172,6 +177,13 @@ impl StatePool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_page_size_is_an_error_not_a_panic() {
+        let c = CacheConfig::for_sequences(1, 16, 0);
+        assert_eq!(c.num_pages, 0);
+        assert!(StatePool::new(c).is_err());
+    }
 
     #[test]
     fn slots_and_pages_round_trip() {
