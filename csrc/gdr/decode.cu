@@ -568,30 +568,6 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
   constexpr int KW = G::KW, KT = G::KT, R = G::R, NVB = G::NVB, LV = G::LV;
   static_assert(PRE || !PDL, "PDL only with PRE");
   __shared__ Smem<K, BV, NW> sm;
-  if constexpr (PDL) {
-    constexpr int EK = G::EK;
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int cg = lane % LV;
-    const int kq = lane / LV;
-    const int kt = warp * KW + kq;
-    const Place c = place32<V, BV>(p, cg);
-    const int32_t slot = p.slots[c.n];  // before the wait: slots (contract)
-    const bool live = slot_live(p, slot);
-    float4 s[R];
-    if (live) load_rows<LD, V, KT>(head_state<K, V>(p, slot, c.hv) + c.col0, kt, s);  // before the wait: the pool
-    pdl_wait();
-    TokIn<EK> in0;
-    load_tok0<K, V, EK, G::KL>(p, c, lane, in0);
-    if (!live) {
-      if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
-      return;
-    }
-    float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
-    run_tokens<K, V, BV, NW, L2, true, FG>(p, c.n, c.hv, c.col0, s, sm, &in0, c.kh);
-    store_rows<ST, V, KT>(st, kt, s);
-    return;
-  }
   if constexpr (PRE) {
     constexpr int EK = G::EK;
     const int lane = threadIdx.x & 31;
@@ -601,15 +577,26 @@ __global__ void __launch_bounds__(NW * 32, MINB) decode_kernel(const Args p) {
     const int kt = warp * KW + kq;
     const Place c = place32<V, BV>(p, cg);
     TokIn<EK> in0;
-    load_tok0<K, V, EK, G::KL>(p, c, lane, in0);
-    const int32_t slot = p.slots[c.n];
-    if (!slot_live(p, slot)) {
+    float4 s[R];
+    int32_t slot;
+    bool live;
+    if constexpr (PDL) {  // the slot and the state tile before the wait (contract above), the inputs after it
+      slot = p.slots[c.n];
+      live = slot_live(p, slot);
+      if (live) load_rows<LD, V, KT>(head_state<K, V>(p, slot, c.hv) + c.col0, kt, s);
+      pdl_wait();
+      load_tok0<K, V, EK, G::KL>(p, c, lane, in0);
+    } else {  // token 0's inputs first
+      load_tok0<K, V, EK, G::KL>(p, c, lane, in0);
+      slot = p.slots[c.n];
+      live = slot_live(p, slot);
+    }
+    if (!live) {
       if (kt == 0) write_zero_rows<V>(p, c.n, c.hv, c.col0);
       return;
     }
     float* st = head_state<K, V>(p, slot, c.hv) + c.col0;
-    float4 s[R];
-    load_rows<LD, V, KT>(st, kt, s);
+    if constexpr (!PDL) load_rows<LD, V, KT>(st, kt, s);
     run_tokens<K, V, BV, NW, L2, true, FG>(p, c.n, c.hv, c.col0, s, sm, &in0, c.kh);
     store_rows<ST, V, KT>(st, kt, s);
     return;
