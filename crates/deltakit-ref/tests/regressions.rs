@@ -75,10 +75,19 @@ fn gdr_paths_agree_on_which_gates_are_valid() {
 fn norms_reject_bad_eps() {
     let (x, w) = (vec![0f32; 4], vec![0.5f32; 4]);
     let mut out = vec![7f32; 4];
-    for eps in [-1.0f32, f32::NAN, f32::INFINITY] {
+    // eps = 0 (session-11 review): HF takes a positive float; 0 gives NaN on this all-zero row.
+    for eps in [-1.0f32, 0.0, -0.0, f32::NAN, f32::INFINITY] {
         let e = rms_norm(&x, &w, eps, &mut out).unwrap_err();
         assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
         let e = rms_norm_gated(&x, &x, &w, eps, &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
+        let e = deltakit_ref::attn::qk_norm(&x, &w, eps, &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
+        let mut res = x.clone();
+        let e =
+            deltakit_ref::norm::fused_add_rms_norm(&x, &mut res, &w, eps, &mut out).unwrap_err();
+        assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
+        let e = deltakit_ref::gdr::l2norm(&x, 4, eps, &mut out).unwrap_err();
         assert!(matches!(e, RefError::Invalid { what: "eps", .. }), "{e}");
     }
     assert!(out.iter().all(|&v| v == 7.0), "written on error");

@@ -53,7 +53,10 @@ pub fn decode_paged<T: Elem>(
     }
     let scale = super::softmax_scale(OP, scale, hd)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
-    let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; hd], vec![0f32; hd]);
+    // Scratch rows of `hd`, allocated only when a query row (of at least `hd` elements in
+    // memory) exists: an absurd head dim with no tokens must not abort on the allocation.
+    let sd = hd.min(q.len());
+    let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; sd], vec![0f32; sd]);
     for (i, &l) in seq_lens.iter().enumerate() {
         let row = &mut out[i * dims.n_q_heads * hd..(i + 1) * dims.n_q_heads * hd];
         if l == -1 {

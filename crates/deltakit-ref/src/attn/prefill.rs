@@ -52,7 +52,10 @@ pub fn prefill_paged<T: Elem>(
     }
     let scale = super::softmax_scale(OP, scale, hd)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
-    let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; hd], vec![0f32; hd]);
+    // Scratch rows of `hd`, allocated only when a query row (of at least `hd` elements in
+    // memory) exists: an absurd head dim with no tokens must not abort on the allocation.
+    let sd = hd.min(q.len());
+    let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; sd], vec![0f32; sd]);
     for (i, &(start, len)) in seqs.iter().enumerate() {
         let Ok(ctx) = usize::try_from(ctx_lens[i]) else {
             out[start * dims.n_q_heads * hd..(start + len) * dims.n_q_heads * hd]
@@ -135,7 +138,10 @@ pub fn prefill_contiguous<T: Elem>(
     }
     let scale = super::softmax_scale(OP, scale, hd)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
-    let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; hd], vec![0f32; hd]);
+    // Scratch rows of `hd`, allocated only when a query row (of at least `hd` elements in
+    // memory) exists: an absurd head dim with no tokens must not abort on the allocation.
+    let sd = hd.min(q.len());
+    let (mut scores, mut acc, mut qf) = (Vec::new(), vec![0f64; sd], vec![0f32; sd]);
     let krow = dims.n_kv_heads * hd;
     for (&(qs, lq), &(ks, lk)) in sq.iter().zip(&sk) {
         for j in 0..lq {

@@ -9,7 +9,8 @@ use crate::{Elem, Result};
 /// Shapes: `x`, `out`: `[T, H, hd]`; `w`: `[hd]`.
 ///
 /// # Errors
-/// [`crate::RefError::Shape`] if `hd == 0`, `x.len() % hd != 0` or `out.len() != x.len()`.
+/// [`crate::RefError::Shape`] if `hd == 0`, `x.len() % hd != 0` or `out.len() != x.len()`;
+/// [`crate::RefError::Invalid`] for an `eps` that is not finite and `> 0`.
 pub fn qk_norm<T: Elem>(x: &[T], w: &[T], eps: f32, out: &mut [T]) -> Result<()> {
     crate::norm::rms_norm_op("attn.qk_norm", x, w, eps, out)
 }

@@ -68,6 +68,11 @@ pub fn rope_neox<T: Elem>(
             msg: format!("[{i}] = {pos} outside 0..2^24"),
         });
     }
+    if t == 0 {
+        // Nothing to rotate (and no table of `rotary_dim / 2` frequencies to allocate for a
+        // head dim that no token shows fits in memory).
+        return Ok(());
+    }
     let half = p.rotary_dim / 2;
     let inv_freq: Vec<f32> = (0..half)
         .map(|i| (1.0 / f64::from(p.theta).powf((2 * i) as f64 / p.rotary_dim as f64)) as f32)

@@ -224,9 +224,12 @@ fn run<T: Elem>(
     let (hk, hv_n, kd, vd) = (d.h_k, d.h_v, d.k, d.v);
     let group = hv_n / hk;
     let per_slot = d.state_per_slot();
-    let mut sc = Scratch::new(c, kd, vd);
-    let mut s0 = vec![0f64; kd * vd];
-    let mut o = vec![0f64; c * vd];
+    // Scratch is sized from the dims alone: allocate it only once a live sequence (whose slot
+    // holds `H_v K V` f32 in memory) shows that they fit (as the recurrence).
+    let live = |n: usize| if seqs.iter().any(|s| s.slot.is_some()) { n } else { 0 };
+    let mut sc = Scratch::new(c, live(kd), live(vd));
+    let mut s0 = vec![0f64; live(kd * vd)];
+    let mut o = vec![0f64; c * live(vd)];
     for seq in seqs {
         let Some(slot) = seq.slot else {
             out[seq.start * hv_n * vd..(seq.start + seq.len) * hv_n * vd].fill(T::from_f32(0.0));

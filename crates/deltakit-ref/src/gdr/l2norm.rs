@@ -22,8 +22,8 @@ pub(crate) fn l2norm_row(x: &mut [f32], eps: f32) {
 ///
 /// # Errors
 /// [`crate::RefError::Shape`] if `dim == 0`, `x.len()` is not a multiple of `dim`, or
-/// `out.len() != x.len()`; [`crate::RefError::Invalid`] for an `eps` that is negative or not
-/// finite (as the RMS norms).
+/// `out.len() != x.len()`; [`crate::RefError::Invalid`] for an `eps` that is not finite and
+/// `> 0` (as the RMS norms).
 pub fn l2norm(x: &[f32], dim: usize, eps: f32, out: &mut [f32]) -> Result<()> {
     const OP: &str = "gdr.l2norm";
     check::rows(OP, "x", x.len(), dim)?;

@@ -61,10 +61,14 @@ fn run<T: Elem>(
     let (hk, hv_n, kd, vd) = (d.h_k, d.h_v, d.k, d.v);
     let group = hv_n / hk;
     let per_slot = d.state_per_slot();
-    let mut s = vec![0f32; kd * vd];
-    let mut o = vec![0f32; vd];
-    let mut vrow = vec![0f32; vd];
-    let mut acc = vec![0f64; vd];
+    // Scratch is sized from the dims alone: allocate it only once a live sequence (whose slot
+    // holds `H_v K V` f32 in memory) shows that they fit; a batch of padding sequences (or none)
+    // with absurd dims must not abort on the allocation.
+    let live = |n: usize| if seqs.iter().any(|s| s.slot.is_some()) { n } else { 0 };
+    let mut s = vec![0f32; live(kd * vd)];
+    let mut o = vec![0f32; live(vd)];
+    let mut vrow = vec![0f32; live(vd)];
+    let mut acc = vec![0f64; live(vd)];
     for seq in seqs {
         let out_seq = &mut out[seq.start * hv_n * vd..(seq.start + seq.len) * hv_n * vd];
         let Some(slot) = seq.slot else {

@@ -8,15 +8,17 @@ pub(crate) use rms::rms_norm_op;
 pub use rms::{fused_add_rms_norm, rms_norm};
 pub use rms_gated::rms_norm_gated;
 
-/// `eps` must be finite and `>= 0` (a negative one can make `mean(x^2) + eps` negative: NaN).
+/// `eps` must be finite and `> 0`, as HF's `Qwen3_5RMSNorm` / `Qwen3NextRMSNormGated` (and the
+/// engine's `rms_norm_eps` check) take it: a negative one can make `mean(x^2) + eps` negative
+/// (NaN), and `0` turns an all-zero row into `0 * rsqrt(0) = NaN`.
 pub(crate) fn check_eps(op: &'static str, eps: f32) -> crate::Result<()> {
-    if eps.is_finite() && eps >= 0.0 {
+    if eps.is_finite() && eps > 0.0 {
         Ok(())
     } else {
         Err(crate::RefError::Invalid {
             op,
             what: "eps",
-            msg: format!("must be finite and >= 0, got {eps}"),
+            msg: format!("must be finite and > 0, got {eps}"),
         })
     }
 }

@@ -26,7 +26,8 @@ fn norm_rows<T: Elem>(x: &[f32], w: &[T], eps: f32, out: &mut [T]) {
 /// Shapes: `x`, `out`: `[rows, D]` with `D = w.len()`; `w`: `[D]`.
 ///
 /// # Errors
-/// [`crate::RefError::Shape`] if `D == 0`, `x.len() % D != 0` or `out.len() != x.len()`.
+/// [`crate::RefError::Shape`] if `D == 0`, `x.len() % D != 0` or `out.len() != x.len()`;
+/// [`crate::RefError::Invalid`] for an `eps` that is not finite and `> 0` (HF: a positive float).
 pub fn rms_norm<T: Elem>(x: &[T], w: &[T], eps: f32, out: &mut [T]) -> Result<()> {
     rms_norm_op("norm.rms", x, w, eps, out)
 }

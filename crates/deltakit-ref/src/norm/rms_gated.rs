@@ -12,7 +12,8 @@ use crate::{check, Elem, Result};
 ///
 /// # Errors
 /// [`crate::RefError::Shape`] if `V == 0`, `x.len() % V != 0`, or `z`/`out` differ in length
-/// from `x`.
+/// from `x`; [`crate::RefError::Invalid`] for an `eps` that is not finite and `> 0` (HF: a
+/// positive float).
 pub fn rms_norm_gated<T: Elem>(x: &[T], z: &[T], w: &[T], eps: f32, out: &mut [T]) -> Result<()> {
     const OP: &str = "norm.rms_gated";
     let v = w.len();
