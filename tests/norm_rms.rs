@@ -159,6 +159,7 @@ fn norms_reject_bad_arguments() {
     assert_eq!(shape_arg(rms(&stream, &x, &w, EPS, &mut short)), "out");
     assert_eq!(shape_arg(rms(&stream, &x, &w, -1.0, &mut out)), "eps");
     assert_eq!(shape_arg(rms(&stream, &x, &w, f32::NAN, &mut out)), "eps");
+    assert_eq!(shape_arg(rms(&stream, &x, &w, 0.0, &mut out)), "eps"); // HF: a positive float
     assert_eq!(
         shape_arg(fused_add_rms(&stream, &x, &mut res_short, &w, EPS, &mut out)),
         "residual"

@@ -118,7 +118,15 @@ pub struct Rope {
     pub theta: f32,
 }
 
-fn check_dims(op: &'static str, d: AttnDims) -> Result<()> {
+/// Element counts of one token's rows: `(H_q * hd, H_kv * hd)`, checked (absurd head counts
+/// must fail here instead of wrapping past the length checks in release builds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rows {
+    q: usize,
+    kv: usize,
+}
+
+fn check_dims(op: &'static str, d: AttnDims) -> Result<Rows> {
     if !matches!(d.head_dim, 64 | 128 | 256) {
         return Err(Error::Unsupported {
             op,
@@ -133,7 +141,20 @@ fn check_dims(op: &'static str, d: AttnDims) -> Result<()> {
             d.n_q_heads,
         ));
     }
-    Ok(())
+    Ok(Rows {
+        q: validate::product(op, "dims.n_q_heads", &[d.n_q_heads, d.head_dim])?,
+        kv: validate::product(op, "dims.n_kv_heads", &[d.n_kv_heads, d.head_dim])?,
+    })
+}
+
+/// New tokens `T` of a batch: the last entry of the host `cu_seqlens` (0 if empty; the full
+/// check is [`check_host`]'s). A negative last entry is an error here, before any length is
+/// computed from it.
+fn tokens_of(op: &'static str, cu: &[i32]) -> Result<usize> {
+    let last = cu.last().copied().unwrap_or(0);
+    usize::try_from(last).map_err(|_| {
+        Error::shape(op, "cu_seqlens", "non-decreasing, from 0 to T >= 0", format!("{cu:?}"))
+    })
 }
 
 /// Validates host metadata for `t` new tokens: `cu` (N+1), `ctx` (N), `table` (N x max_pages).
@@ -187,7 +208,8 @@ fn check_table_geometry(op: &'static str, kv: PagedKv, n: usize, table: &[i32]) 
             format!("{kv:?}"),
         ));
     }
-    validate::len(op, "host_page_table", table.len(), n * kv.max_pages)
+    let need = validate::product(op, "kv.max_pages", &[n, kv.max_pages])?;
+    validate::len(op, "host_page_table", table.len(), need)
 }
 
 /// Sequence `i`, holding `total` tokens, has valid page ids for all of them in its table row.
@@ -232,14 +254,16 @@ fn check_batch<I: DevicePtr<i32>>(
         check_host(op, b.host_cu_seqlens, b.host_ctx_lens, b.host_page_table, kv, t)?;
     validate::len(op, "cu_seqlens", b.cu_seqlens.len(), n + 1)?;
     validate::len(op, "ctx_lens", b.ctx_lens.len(), n)?;
+    // n * max_pages fits: check_host checked the host table's length against it.
     validate::len(op, "page_table", b.page_table.len(), n * kv.max_pages)?;
     Ok((n, longest))
 }
 
-fn cache_len(op: &'static str, kv: PagedKv, d: AttnDims) -> Result<usize> {
+/// Elements of each cache, `num_pages * page_size * H_kv * hd` (`width` from [`check_dims`]).
+fn cache_len(op: &'static str, kv: PagedKv, width: Rows) -> Result<usize> {
     kv.num_pages
         .checked_mul(kv.page_size)
-        .and_then(|x| x.checked_mul(d.n_kv_heads * d.head_dim))
+        .and_then(|x| x.checked_mul(width.kv))
         .ok_or_else(|| Error::shape(op, "kv", "a cache size that fits in usize", format!("{kv:?}")))
 }
 
@@ -277,7 +301,7 @@ pub fn prep<I: DevicePtr<i32>>(
     gate_out: &mut impl DevicePtrMut<bf16>,
 ) -> Result<()> {
     const OP: &str = "attn.prep";
-    check_dims(OP, dims)?;
+    let width = check_dims(OP, dims)?;
     let hd = dims.head_dim;
     if rope.rotary_dim == 0 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > hd {
         return Err(Error::shape(
@@ -290,20 +314,18 @@ pub fn prep<I: DevicePtr<i32>>(
     if !(rope.theta.is_finite() && rope.theta > 0.0) {
         return Err(Error::shape(OP, "rope.theta", "finite and > 0", rope.theta));
     }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::shape(OP, "eps", "finite and >= 0", eps));
-    }
-    let q_row = dims.n_q_heads * 2 * hd;
-    let kv_row = dims.n_kv_heads * hd;
-    let t = *batch.host_cu_seqlens.last().unwrap_or(&0) as usize;
+    validate::eps(OP, eps)?;
+    let q_row = validate::product(OP, "dims.n_q_heads", &[width.q, 2])?;
+    let t = tokens_of(OP, batch.host_cu_seqlens)?;
     let sqg = validate::strided_len(OP, "qg", qg.0.len(), t, q_row, qg.1)?;
-    let sk = validate::strided_len(OP, "k", k.0.len(), t, kv_row, k.1)?;
-    let sv = validate::strided_len(OP, "v", v.0.len(), t, kv_row, v.1)?;
+    let sk = validate::strided_len(OP, "k", k.0.len(), t, width.kv, k.1)?;
+    let sv = validate::strided_len(OP, "v", v.0.len(), t, width.kv, v.1)?;
     validate::len(OP, "q_norm_w", q_norm_w.len(), hd)?;
     validate::len(OP, "k_norm_w", k_norm_w.len(), hd)?;
-    validate::len(OP, "q_out", q_out.len(), t * dims.n_q_heads * hd)?;
-    validate::len(OP, "gate_out", gate_out.len(), t * dims.n_q_heads * hd)?;
-    let clen = cache_len(OP, kv, dims)?;
+    let q_len = validate::product(OP, "q_out", &[t, width.q])?;
+    validate::len(OP, "q_out", q_out.len(), q_len)?;
+    validate::len(OP, "gate_out", gate_out.len(), q_len)?;
+    let clen = cache_len(OP, kv, width)?;
     validate::len(OP, "k_cache", k_cache.len(), clen)?;
     validate::len(OP, "v_cache", v_cache.len(), clen)?;
     let (n, _) = check_batch(OP, batch, kv, t)?;
@@ -610,17 +632,17 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     out: &mut impl DevicePtrMut<bf16>,
 ) -> Result<()> {
     const OP: &str = "attn.prefill";
-    check_dims(OP, dims)?;
+    let width = check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
             return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=52", v));
         }
     }
-    let row = dims.n_q_heads * dims.head_dim;
-    let t = *batch.host_cu_seqlens.last().unwrap_or(&0) as usize;
-    validate::len(OP, "q", q.len(), t * row)?;
-    validate::len(OP, "out", out.len(), t * row)?;
-    let clen = cache_len(OP, kv, dims)?;
+    let t = tokens_of(OP, batch.host_cu_seqlens)?;
+    let q_len = validate::product(OP, "q", &[t, width.q])?;
+    validate::len(OP, "q", q.len(), q_len)?;
+    validate::len(OP, "out", out.len(), q_len)?;
+    let clen = cache_len(OP, kv, width)?;
     validate::len(OP, "k_cache", k_cache.len(), clen)?;
     validate::len(OP, "v_cache", v_cache.len(), clen)?;
     let (n, longest) = check_batch(OP, batch, kv, t)?;
@@ -642,8 +664,6 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     let grid_x = u32::try_from(n * max_q_blocks).map_err(|_| {
         Error::shape(OP, "cu_seqlens", "a grid of at most u32::MAX programs", n * max_q_blocks)
     })?;
-    let grid_y = u32::try_from(dims.n_q_heads)
-        .map_err(|_| Error::shape(OP, "dims.n_q_heads", "<= 65535", dims.n_q_heads))?;
     bind(stream)?;
     let (qp, _g1) = q.device_ptr(stream);
     let (kp, _g2) = k_cache.device_ptr(stream);
@@ -691,6 +711,8 @@ pub fn prefill_with<I: DevicePtr<i32>>(
         }
         // The device does not run sm_90a code (or the build lacks it): portable path below.
     }
+    // The Triton grid's y extent is the query head count (CUDA: at most 65535).
+    let grid_y = grid_y_of(OP, "dims.n_q_heads", dims.n_q_heads)?;
     let launch = match dims.head_dim {
         64 => ffi::dk_triton_attn_prefill_hd64,
         128 => ffi::dk_triton_attn_prefill_hd128,
@@ -728,9 +750,24 @@ pub const DECODE_MAX_GROUP: usize = 16;
 
 /// f32 elements of decode workspace for `rows` rows and `num_splits` context splits: partial
 /// outputs `[rows, H_q, splits, hd]` then log-sum-exps `[rows, H_q, splits]`.
+/// Saturates at `usize::MAX` (never a workspace that fits) if the product overflows.
 #[must_use]
 pub fn decode_workspace_len(rows: usize, dims: AttnDims, num_splits: usize) -> usize {
-    rows * dims.n_q_heads * num_splits * (dims.head_dim + 1)
+    decode_workspace_checked(rows, dims, num_splits).unwrap_or(usize::MAX)
+}
+
+fn decode_workspace_checked(rows: usize, dims: AttnDims, num_splits: usize) -> Option<usize> {
+    rows.checked_mul(dims.n_q_heads)?
+        .checked_mul(num_splits)?
+        .checked_mul(dims.head_dim.checked_add(1)?)
+}
+
+/// A CUDA grid's y extent (at most 65535) from a head count, or [`Error::Shape`] naming `arg`.
+fn grid_y_of(op: &'static str, arg: &'static str, n: usize) -> Result<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&y| y <= 65_535)
+        .ok_or_else(|| Error::shape(op, arg, "<= 65535 (a CUDA grid's y extent)", n))
 }
 
 /// A split count that fills an H200 (132 SMs, ~2 waves) for `rows` rows, capped so every split
@@ -1053,7 +1090,7 @@ fn decode_impl(
     workspace: &mut impl DevicePtrMut<f32>,
     out: &mut impl DevicePtrMut<bf16>,
 ) -> Result<()> {
-    check_dims(op, dims)?;
+    let width = check_dims(op, dims)?;
     let group = dims.n_q_heads / dims.n_kv_heads;
     if group > DECODE_MAX_GROUP {
         return Err(Error::Unsupported {
@@ -1074,20 +1111,27 @@ fn decode_impl(
             return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=17", v));
         }
     }
-    let row = dims.n_q_heads * dims.head_dim;
     let n = seq_lens.1.len();
-    let tokens = n * n_new;
-    validate::len(op, "q", q.len(), tokens * row)?;
-    validate::len(op, "out", out.len(), tokens * row)?;
+    let tokens = validate::product(op, "seq_lens", &[n, n_new])?;
+    let q_len = validate::product(op, "q", &[tokens, width.q])?;
+    validate::len(op, "q", q.len(), q_len)?;
+    validate::len(op, "out", out.len(), q_len)?;
     validate::len(op, "seq_lens", seq_lens.0.len(), n)?;
     if !(1..=1024).contains(&num_splits) {
         return Err(Error::shape(op, "num_splits", "1..=1024", num_splits));
     }
-    let need = decode_workspace_len(tokens, dims, num_splits);
+    let need = decode_workspace_checked(tokens, dims, num_splits).ok_or_else(|| {
+        Error::shape(
+            op,
+            "workspace",
+            "a size that fits in usize",
+            format!("{tokens} rows x {dims:?} x {num_splits} splits"),
+        )
+    })?;
     if workspace.len() < need {
         return Err(Error::shape(op, "workspace", format!("len >= {need}"), workspace.len()));
     }
-    let clen = cache_len(op, kv, dims)?;
+    let clen = cache_len(op, kv, width)?;
     validate::len(op, "k_cache", k_cache.len(), clen)?;
     validate::len(op, "v_cache", v_cache.len(), clen)?;
     // Each live row's seq_lens[i] positions need valid pages (no host allocation per call).
@@ -1179,7 +1223,13 @@ fn decode_impl(
             what: "more than one new token per row without the sm_90 kernel".into(),
         });
     }
+    // Fits: the workspace holds n * H_q * splits * (hd + 1) f32 (checked above).
     let lse_off = (n * dims.n_q_heads * num_splits * dims.head_dim * 4) as u64;
+    // The Triton grids: (rows, H_kv, splits) for the partials, (rows, H_q, 1) for the merge.
+    let (grid_kv, grid_q) = (
+        grid_y_of(op, "dims.n_kv_heads", dims.n_kv_heads)?,
+        grid_y_of(op, "dims.n_q_heads", dims.n_q_heads)?,
+    );
     let (dec, merge): (DecodeFn, MergeFn) = match dims.head_dim {
         64 => (ffi::dk_triton_attn_decode_hd64, ffi::dk_triton_attn_decode_merge_hd64),
         128 => (ffi::dk_triton_attn_decode_hd128, ffi::dk_triton_attn_decode_merge_hd128),
@@ -1193,7 +1243,7 @@ fn decode_impl(
         dec(
             raw_stream(stream),
             rows,
-            dims.n_kv_heads as u32,
+            grid_kv,
             num_splits as u32,
             qp,
             kp,
@@ -1213,18 +1263,7 @@ fn decode_impl(
     })?;
     // SAFETY: as above; reads the partials the previous launch wrote on the same stream.
     check(op, unsafe {
-        merge(
-            raw_stream(stream),
-            rows,
-            dims.n_q_heads as u32,
-            1,
-            wsp,
-            wsp + lse_off,
-            outp,
-            slp,
-            hq,
-            splits,
-        )
+        merge(raw_stream(stream), rows, grid_q, 1, wsp, wsp + lse_off, outp, slp, hq, splits)
     })
 }
 
@@ -1260,3 +1299,58 @@ type MergeFn = unsafe extern "C" fn(
     i64,
     i64,
 ) -> ffi::dk_status;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OP: &str = "attn.decode";
+
+    /// Session-11 overflow audit: size products of the attention checks are checked, so absurd
+    /// dims are [`Error::Shape`] naming the argument instead of sizes that wrap past the length
+    /// checks in release builds (and then launch kernels over buffers of the wrapped size).
+    #[test]
+    fn head_products_that_overflow_are_shape_errors() {
+        // 2^58 heads x 64 = 2^64: wrapped to 0, a zero-length q and cache would have passed.
+        let d = AttnDims { n_q_heads: 1 << 58, n_kv_heads: 1 << 58, head_dim: 64 };
+        let e = check_dims(OP, d).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "dims.n_q_heads", .. }), "{e}");
+        let d = AttnDims { n_q_heads: 24, n_kv_heads: 4, head_dim: 256 };
+        assert_eq!(check_dims(OP, d).unwrap(), Rows { q: 24 * 256, kv: 4 * 256 });
+    }
+
+    #[test]
+    fn cache_and_page_table_sizes_that_overflow_are_shape_errors() {
+        let width = Rows { q: 8 * 128, kv: 2 * 128 };
+        let kv = PagedKv { page_size: 1 << 20, num_pages: 1 << 40, max_pages: 1 };
+        let e = cache_len(OP, kv, width).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "kv", .. }), "{e}");
+        let kv = PagedKv { page_size: 16, num_pages: 4, max_pages: 1 << 63 };
+        // 2 x 2^63 wraps to 0: an empty host table would have passed.
+        let e = check_table_geometry(OP, kv, 2, &[]).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "kv.max_pages", .. }), "{e}");
+        let kv = PagedKv { page_size: 16, num_pages: 0, max_pages: 1 };
+        let e = check_table_geometry(OP, kv, 1, &[0]).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "kv", .. }), "{e}");
+    }
+
+    #[test]
+    fn negative_token_count_is_a_cu_seqlens_error() {
+        let e = tokens_of("attn.prefill", &[0, -5]).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "cu_seqlens", .. }), "{e}");
+        assert_eq!(tokens_of("attn.prefill", &[0, 3, 7]).unwrap(), 7);
+        assert_eq!(tokens_of("attn.prefill", &[]).unwrap(), 0);
+    }
+
+    #[test]
+    fn decode_workspace_len_saturates_and_grids_are_bounded() {
+        let d = AttnDims { n_q_heads: 1 << 30, n_kv_heads: 1, head_dim: 256 };
+        assert_eq!(decode_workspace_len(1 << 30, d, 1024), usize::MAX);
+        assert!(decode_workspace_checked(1 << 30, d, 1024).is_none());
+        let d = AttnDims { n_q_heads: 8, n_kv_heads: 2, head_dim: 128 };
+        assert_eq!(decode_workspace_len(3, d, 4), 3 * 8 * 4 * 129);
+        let e = grid_y_of(OP, "dims.n_q_heads", 65_536).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "dims.n_q_heads", .. }), "{e}");
+        assert_eq!(grid_y_of(OP, "dims.n_q_heads", 65_535).unwrap(), 65_535);
+    }
+}

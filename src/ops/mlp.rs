@@ -24,18 +24,7 @@ pub fn silu_and_mul(
     out: &mut impl DevicePtrMut<bf16>,
 ) -> Result<()> {
     const OP: &str = "mlp.silu_and_mul";
-    if inter == 0 {
-        return Err(Error::shape(OP, "inter", "> 0", 0));
-    }
-    if x.len() % (2 * inter) != 0 {
-        return Err(Error::shape(
-            OP,
-            "x",
-            format!("a multiple of 2 * inter = {}", 2 * inter),
-            x.len(),
-        ));
-    }
-    let rows = x.len() / (2 * inter);
+    let rows = silu_rows(x.len(), inter)?;
     validate::len(OP, "out", out.len(), rows * inter)?;
     same_context(OP, "x", stream, x)?;
     same_context(OP, "out", stream, out)?;
@@ -53,6 +42,20 @@ pub fn silu_and_mul(
     };
     // SAFETY: live device buffers of the checked lengths in the stream's context.
     check(OP, unsafe { ffi::dk_mlp_silu_and_mul(&raw const params, raw_stream(stream)) })
+}
+
+/// Rows of [`silu_and_mul`]'s `x` (`[rows, 2 * inter]`, `inter > 0`). `2 * inter` is checked:
+/// wrapped (to 0 for `inter = 2^63`) it made the length check divide by zero.
+fn silu_rows(x_len: usize, inter: usize) -> Result<usize> {
+    const OP: &str = "mlp.silu_and_mul";
+    if inter == 0 {
+        return Err(Error::shape(OP, "inter", "> 0", 0));
+    }
+    let x_row = validate::product(OP, "inter", &[2, inter])?;
+    if x_len % x_row != 0 {
+        return Err(Error::shape(OP, "x", format!("a multiple of 2 * inter = {x_row}"), x_len));
+    }
+    Ok(x_len / x_row)
 }
 
 /// Embedding gather (`torch.nn.Embedding`, HF `embed_tokens`): `out[t] = table[ids[t]]`, exact.
@@ -82,7 +85,7 @@ pub fn embedding(
     }
     let d = table.len() / vocab;
     let rows = ids.len();
-    validate::len(OP, "out", out.len(), rows * d)?;
+    validate::len(OP, "out", out.len(), validate::product(OP, "out", &[rows, d])?)?;
     same_context(OP, "ids", stream, ids)?;
     same_context(OP, "table", stream, table)?;
     same_context(OP, "out", stream, out)?;
@@ -103,4 +106,23 @@ pub fn embedding(
     };
     // SAFETY: live device buffers of the checked lengths; the kernel bounds-checks every id.
     check(OP, unsafe { ffi::dk_mlp_embedding(&raw const params, raw_stream(stream)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::silu_rows;
+    use crate::Error;
+
+    /// Session-11 overflow audit: `inter = 2^63` wrapped `2 * inter` to 0 and the length check
+    /// panicked (division by zero); now a typed error naming `inter`.
+    #[test]
+    fn silu_and_mul_rows_are_checked() {
+        let e = silu_rows(0, 1 << 63).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "inter", .. }), "{e}");
+        let e = silu_rows(8, 0).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "inter", .. }), "{e}");
+        let e = silu_rows(10, 4).unwrap_err();
+        assert!(matches!(e, Error::Shape { arg: "x", .. }), "{e}");
+        assert_eq!(silu_rows(24, 4).unwrap(), 3);
+    }
 }

@@ -20,11 +20,7 @@ fn rows_of(op: &'static str, x_len: usize, d: usize) -> Result<usize> {
 }
 
 fn check_eps(op: &'static str, eps: f32) -> Result<()> {
-    if eps >= 0.0 && eps.is_finite() {
-        Ok(())
-    } else {
-        Err(Error::shape(op, "eps", "finite and >= 0", eps))
-    }
+    validate::eps(op, eps)
 }
 
 /// Zero-centred RMSNorm over rows of `d = w.len()` (HF `Qwen3_5RMSNorm`):
@@ -33,7 +29,8 @@ fn check_eps(op: &'static str, eps: f32) -> Result<()> {
 /// Shapes: `x`, `out` bf16 `[rows, d]` contiguous; `w` bf16 `[d]`.
 ///
 /// # Errors
-/// [`Error::Shape`] on length mismatch or a bad `eps`; [`Error::DeviceMismatch`];
+/// [`Error::Shape`] on length mismatch or an `eps` that is not finite and > 0;
+/// [`Error::DeviceMismatch`];
 /// [`Error::Launch`] / [`Error::Driver`].
 pub fn rms(
     stream: &CudaStream,

@@ -106,6 +106,17 @@ pub(crate) fn slots_host(
     Ok(())
 }
 
+/// An RMS-norm `eps` (HF `Qwen3_5RMSNorm` / `Qwen3NextRMSNormGated`: a positive float; the
+/// engine's `rms_norm_eps` check): finite and `> 0`. A negative one can make `mean(x^2) + eps`
+/// negative and `0` turns an all-zero row into `0 * rsqrt(0) = NaN`: both silent NaN outputs.
+pub(crate) fn eps(op: &'static str, eps: f32) -> Result<()> {
+    if eps.is_finite() && eps > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::shape(op, "eps", "finite and > 0", eps))
+    }
+}
+
 /// Converts a size to the C ABI's `int64_t`.
 pub(crate) fn i64_of(op: &'static str, arg: &'static str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::shape(op, arg, "a size that fits in i64", v))
@@ -131,5 +142,19 @@ mod tests {
         assert!(strided_len("op", "q", usize::MAX, 2, 8, Some(usize::MAX - 4)).is_err());
         assert_eq!(strided_len("op", "q", 24, 2, 8, Some(16)).unwrap(), 16);
         assert!(strided_len("op", "q", 23, 2, 8, Some(16)).is_err());
+    }
+
+    /// `eps` of the RMS norms (norm.rms / norm.fused_add_rms / norm.rms_gated / attn.prep's q/k
+    /// norm): finite and > 0, as HF and the engine's config check take it (session-11 review:
+    /// 0 was accepted and gives NaN on an all-zero row).
+    #[test]
+    fn eps_must_be_finite_and_positive() {
+        for bad in [0.0f32, -0.0, -1e-6, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = eps("norm.rms", bad).unwrap_err();
+            assert!(matches!(e, Error::Shape { arg: "eps", .. }), "{bad}: {e}");
+        }
+        for ok in [1e-6f32, f32::MIN_POSITIVE, 1e-45] {
+            eps("norm.rms", ok).unwrap();
+        }
     }
 }

@@ -398,11 +398,50 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// hand-off by a warp barrier) / + 1048576 (the stage image copied out by TMA bulk copies),
 /// 2060497 = both (session 10), 4157649 = 2060497 + 2097152 (the default since session 10's end
 /// check: the state kernels' output tile stored through `stmatrix .trans`, same values); any other
-/// value fails the call with an error
-/// before anything is enqueued). Unset or unparsable: [`SPLIT_VARIANT`].
-fn split_variant_override() -> Option<i32> {
-    static V: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("DELTAKIT_GDR_SPLIT_VARIANT").ok()?.trim().parse().ok())
+/// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
+/// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
+/// `Err(the text)`: the calls that select the split pipeline fail with that error (a measurement
+/// must never run another variant than the one it names). Where the split pipeline does not run
+/// (other head dims or device, or `DELTAKIT_GDR_PREFILL` selecting another pipeline) the value is
+/// ignored, with a note on stderr once per process.
+fn split_variant_override() -> &'static std::result::Result<Option<i32>, String> {
+    static V: std::sync::OnceLock<std::result::Result<Option<i32>, String>> =
+        std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let raw = std::env::var_os("DELTAKIT_GDR_SPLIT_VARIANT");
+        parse_split_variant(raw.as_deref().map(|s| s.to_string_lossy()).as_deref())
+    })
+}
+
+/// `DELTAKIT_GDR_SPLIT_VARIANT`'s text: `None` / blank = no override; an integer; else
+/// `Err(text)`.
+fn parse_split_variant(raw: Option<&str>) -> std::result::Result<Option<i32>, String> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => t.parse().map(Some).map_err(|_| t.to_string()),
+    }
+}
+
+/// The error of a `DELTAKIT_GDR_SPLIT_VARIANT` value the split pipeline does not have.
+fn split_variant_error(got: impl std::fmt::Display) -> Error {
+    Error::shape(
+        OP,
+        "DELTAKIT_GDR_SPLIT_VARIANT",
+        format!(
+            "unset or a variant of the split pipeline (README env table; default {SPLIT_VARIANT})"
+        ),
+        got,
+    )
+}
+
+/// Once per process: `DELTAKIT_GDR_SPLIT_VARIANT` is set but the split pipeline does not run.
+fn note_split_variant_ignored(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "deltakit: {OP}: DELTAKIT_GDR_SPLIT_VARIANT is set but ignored: {why} (printed once)"
+        );
+    });
 }
 
 /// The pipeline of [`pipeline_selected`] when `DELTAKIT_GDR_PREFILL` selects none: the fastest at
@@ -741,8 +780,9 @@ pub struct HostCopies<'a> {
 /// [`HostCopies`] to have slots and `cu_seqlens` checked here.
 ///
 /// # Errors
-/// [`Error::Shape`] for any length, stride, alignment or workspace-size mismatch and for bad
-/// host copies; [`Error::Unsupported`] for head dims outside `K` in {16, 32, 64, 128}, `V` in
+/// [`Error::Shape`] for any length, stride, alignment or workspace-size mismatch, bad host
+/// copies, a non-finite `opts.scale`, or a `DELTAKIT_GDR_SPLIT_VARIANT` that is not a variant of
+/// the split pipeline (when that pipeline runs); [`Error::Unsupported`] for head dims outside `K` in {16, 32, 64, 128}, `V` in
 /// {16, 32, 64, 128}; [`Error::DeviceMismatch`];
 /// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on a validation error.
 #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
@@ -838,6 +878,7 @@ pub fn chunk_prefill(
     if let Some(s) = host.slots {
         validate::slots_host(OP, s, n, num_slots)?;
     }
+    let scale = super::q_scale(OP, opts, kd)?;
     let grid_nt = grid("out", lay.nt)?;
     let grid_n = grid("slots", n)?;
     let grid_map = grid("out", lay.nt.div_ceil(MAP_BLOCK))?;
@@ -913,7 +954,6 @@ pub fn chunk_prefill(
     let (hk32, hv32) = (i32_of("dims", h_k)?, i32_of("dims", h_v)?);
     let (qs64, ks64, vs64, abs64) = (qs as i64, ks as i64, vs as i64, abs as i64);
     let l2 = i32::from(opts.use_qk_l2norm);
-    let scale = opts.scale.unwrap_or_else(|| 1.0 / (kd as f32).sqrt());
     let ns64 = validate::i64_of(OP, "state", num_slots)?;
     let mut pipe = pipeline_selected();
     let fused_prm = |variant: i32| PrefillFusedParams {
@@ -948,12 +988,37 @@ pub fn chunk_prefill(
         scale,
         variant,
     };
+    let over = split_variant_override();
+    if pipe != PrefillPipeline::Split && !matches!(over, Ok(None)) {
+        note_split_variant_ignored("DELTAKIT_GDR_PREFILL selects another pipeline");
+    }
     if pipe == PrefillPipeline::Split {
-        let prm = fused_prm(split_variant_override().unwrap_or(SPLIT_VARIANT));
+        let over = over.as_ref().map_err(|t| split_variant_error(format!("{t:?}")))?;
+        let prm = fused_prm(over.unwrap_or(SPLIT_VARIANT));
         // SAFETY: a host-side check of the parameters and the device (no launch).
         match unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const prm) } {
             ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
+                if over.is_some() {
+                    note_split_variant_ignored(&format!(
+                        "the split pipeline needs K = 128, V a multiple of 64 and >= 128, a \
+                         compute-capability 9.0 device and an sm_90a build (K = {kd}, V = {vd} \
+                         here: the Triton pipeline runs)"
+                    ));
+                }
                 pipe = TRITON_PIPELINE;
+            }
+            ffi::dk_status::DK_ERR_INVALID_ARGUMENT
+                if over.is_some_and(|v| {
+                    // The check refuses an unknown variant before any other argument: the
+                    // default passing it means the override is at fault.
+                    let dflt = fused_prm(SPLIT_VARIANT);
+                    // SAFETY: as above.
+                    v != SPLIT_VARIANT
+                        && unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const dflt) }
+                            != ffi::dk_status::DK_ERR_INVALID_ARGUMENT
+                }) =>
+            {
+                return Err(split_variant_error(over.unwrap_or(SPLIT_VARIANT)));
             }
             st => {
                 check(OP, st)?;
@@ -1152,7 +1217,29 @@ pub fn chunk_prefill(
 #[cfg(test)]
 mod tests {
     use super::super::{head_dims_supported, SUPPORTED_K, SUPPORTED_V};
-    use super::kernels;
+    use super::{kernels, parse_split_variant, split_variant_error, SPLIT_VARIANT};
+    use crate::Error;
+
+    /// `DELTAKIT_GDR_SPLIT_VARIANT` (session-11 review: garbage text silently ran the default,
+    /// an unknown number failed with an untyped launch status): unset / blank = no override,
+    /// integers parse, anything else is kept as text for the typed error, which names the
+    /// variable.
+    #[test]
+    fn split_variant_text_is_parsed_strictly() {
+        assert_eq!(parse_split_variant(None), Ok(None));
+        assert_eq!(parse_split_variant(Some("  ")), Ok(None));
+        assert_eq!(parse_split_variant(Some(" 209\n")), Ok(Some(209)));
+        assert_eq!(parse_split_variant(Some("-1")), Ok(Some(-1)));
+        for bad in ["fast", "0x10", "209a", "4_157_649", "99999999999"] {
+            assert_eq!(parse_split_variant(Some(bad)), Err(bad.to_string()), "{bad}");
+        }
+        let e = split_variant_error("\"fast\"");
+        assert!(
+            matches!(&e, Error::Shape { arg: "DELTAKIT_GDR_SPLIT_VARIANT", got, .. } if got == "\"fast\""),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&SPLIT_VARIANT.to_string()), "{e}");
+    }
 
     /// The compiled specializations are exactly the head dims [`head_dims_supported`] promises
     /// (the engine checks that predicate before loading a model).

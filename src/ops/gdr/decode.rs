@@ -99,8 +99,8 @@ pub struct DecodeStrides {
 /// early-triggering kernel, 27B `N = 1`): 2.94 / 2.01 us at TP1 / TP2 vs 3.69 / 3.20 plain.
 ///
 /// # Errors
-/// [`Error::Shape`] for any length, stride or alignment mismatch and for bad `slots_host`;
-/// [`Error::Unsupported`] for head dims outside `K` in {16, 32, 64, 128}, `V` in {16, 32, 64, 128};
+/// [`Error::Shape`] for any length, stride or alignment mismatch, bad `slots_host` or a
+/// non-finite `opts.scale`; [`Error::Unsupported`] for head dims outside `K` in {16, 32, 64, 128}, `V` in {16, 32, 64, 128};
 /// [`Error::DeviceMismatch`];
 /// [`Error::Launch`] / [`Error::Driver`]. Nothing is enqueued on error.
 #[allow(clippy::too_many_arguments)]
@@ -166,6 +166,7 @@ pub fn decode(
     if let Some(h) = slots_host {
         validate::slots_host(OP, h, n, num_slots)?;
     }
+    let scale = super::q_scale(OP, opts, kd)?;
     same_context(OP, "q", stream, q)?;
     same_context(OP, "k", stream, k)?;
     same_context(OP, "v", stream, v)?;
@@ -217,7 +218,7 @@ pub fn decode(
         k_stride: ks as i64,
         v_stride: vs as i64,
         ab_stride: abs as i64,
-        scale: opts.scale.unwrap_or_else(|| 1.0 / (kd as f32).sqrt()),
+        scale,
         use_qk_l2norm: i32::from(opts.use_qk_l2norm),
     };
     // SAFETY: every pointer is a live device allocation in the stream's context (checked above),

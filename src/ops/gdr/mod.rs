@@ -24,6 +24,17 @@ pub fn head_dims_supported(k: usize, v: usize) -> bool {
     SUPPORTED_K.contains(&k) && SUPPORTED_V.contains(&v)
 }
 
+/// The q scale of [`decode`] / [`chunk_prefill::chunk_prefill`]: `opts.scale`, or `K^-0.5`.
+/// A non-finite `opts.scale` is [`Error::Shape`] naming `opts.scale` (as the reference ops:
+/// NaN / inf would silently poison every output and state).
+fn q_scale(op: &'static str, opts: GdrOptions, k: usize) -> crate::error::Result<f32> {
+    match opts.scale {
+        Some(s) if !s.is_finite() => Err(Error::shape(op, "opts.scale", "finite", s)),
+        Some(s) => Ok(s),
+        None => Ok(1.0 / (k as f32).sqrt()),
+    }
+}
+
 /// The [`Error::Unsupported`] of [`decode`] / [`chunk_prefill::chunk_prefill`] for head dims
 /// outside their built set.
 fn unsupported_head_dims(op: &'static str, k: usize, v: usize) -> Error {
@@ -49,10 +60,12 @@ pub struct GdrDims {
 }
 
 impl GdrDims {
-    /// Elements of one slot of the state pool: `H_v * K * V`.
+    /// Elements of one slot of the state pool: `H_v * K * V` (saturating at `usize::MAX` for
+    /// dims whose product overflows: no state of that size fits in memory, and the ops reject
+    /// such dims with [`Error::Shape`]).
     #[must_use]
     pub fn state_per_slot(&self) -> usize {
-        self.h_v * self.k * self.v
+        self.h_v.saturating_mul(self.k).saturating_mul(self.v)
     }
 }
 
@@ -69,5 +82,33 @@ impl Default for GdrOptions {
     /// `use_qk_l2norm = true`, `scale = None` (K^-0.5): what Qwen3.5 uses.
     fn default() -> Self {
         Self { use_qk_l2norm: true, scale: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Session-11 review: the GPU GDR ops took a NaN / inf `opts.scale` (the reference ops reject
+    /// it); now both do, naming the argument.
+    #[test]
+    #[allow(clippy::float_cmp)] // exact: 1/sqrt(64) and a passed-through value
+    fn non_finite_scale_is_a_shape_error() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let opts = GdrOptions { scale: Some(bad), ..GdrOptions::default() };
+            let e = q_scale("gdr.decode", opts, 128).unwrap_err();
+            assert!(matches!(e, Error::Shape { arg: "opts.scale", .. }), "{bad}: {e}");
+        }
+        assert_eq!(q_scale("gdr.decode", GdrOptions::default(), 64).unwrap(), 0.125);
+        let opts = GdrOptions { scale: Some(0.5), ..GdrOptions::default() };
+        assert_eq!(q_scale("gdr.decode", opts, 64).unwrap(), 0.5);
+    }
+
+    /// `state_per_slot` saturates instead of wrapping (or panicking in debug builds).
+    #[test]
+    fn state_per_slot_saturates() {
+        let d = GdrDims { h_k: 1, h_v: 1 << 40, k: 1 << 20, v: 1 << 20 };
+        assert_eq!(d.state_per_slot(), usize::MAX);
+        assert_eq!(GdrDims { h_k: 2, h_v: 4, k: 16, v: 32 }.state_per_slot(), 2048);
     }
 }
