@@ -535,11 +535,11 @@ impl Engine {
         }
         let mut run: Vec<Running> = requests
             .iter()
-            .map(|r| Running {
+            .map(|_| Running {
                 seq: None,
                 prefilled: 0,
                 out: Vec::new(),
-                done: if r.params.max_tokens == 0 { Some(FinishReason::Length) } else { None },
+                done: None,
                 ttft: Duration::ZERO,
             })
             .collect();

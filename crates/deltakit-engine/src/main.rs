@@ -749,6 +749,9 @@ fn generate_inputs(a: &GenerateArgs) -> Result<GenInputs> {
     if let Some(k) = a.logprobs.filter(|&k| k > vocab) {
         bail!("--logprobs {k} exceeds the vocabulary (size {vocab})");
     }
+    if a.logprobs == Some(0) {
+        bail!("--logprobs must be >= 1 (leave it out for no top-K lists)");
+    }
     let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
     if let Some(s) = &a.stop_token_ids {
         let ids = parse_token_ids(s)

@@ -20,24 +20,41 @@ pub struct SamplingParams {
     /// Seed of this request's sampler: generated token `i` is drawn with `(seed, counter = i)`,
     /// so sampling is reproducible per request and independent of batching and backend.
     pub seed: u64,
-    /// Generated tokens at most.
+    /// Generated tokens at most; `>= 1` (as the CLI's `--max-tokens`, vLLM's and the OpenAI
+    /// API's `max_tokens`).
     pub max_tokens: usize,
     /// Generation stops after producing one of these (the stop token is part of the output).
     pub stop_tokens: Vec<u32>,
-    /// Return the top-K log-probabilities of each generated token's distribution.
+    /// Return the top-K log-probabilities of each generated token's distribution: `Some(K)` with
+    /// `K >= 1` (`None` = no top-K lists; every generated token carries its own log-probability
+    /// either way, so `Some(0)` would ask for nothing and is refused).
     pub logprobs: Option<usize>,
     /// Also return them for every prompt position (the distribution after that token).
     pub prompt_logprobs: bool,
 }
 
 impl SamplingParams {
-    /// Check the parameters: `temperature` finite and `>= 0`, `top_p` in `(0, 1]` (not NaN).
-    /// `max_tokens = 0` is allowed here (the request finishes at once, with no token); the CLI
-    /// refuses it.
+    /// Check the parameters: `temperature` finite and `>= 0`, `top_p` in `(0, 1]` (not NaN),
+    /// `max_tokens >= 1`, `logprobs` `None` or `Some(K >= 1)` (the upper bound, the vocabulary,
+    /// is checked by [`crate::generate::Engine::generate`]).
+    ///
+    /// `max_tokens = 0` is refused (session 11; before, it finished the request at once with no
+    /// token, no `Finished` event and none of its `prompt_logprobs`), as the CLI's
+    /// `--max-tokens`, `eval-mc`, vLLM and the OpenAI API do.
     ///
     /// # Errors
     /// [`EngineError::Request`] naming the bad parameter.
     pub fn validate(&self) -> Result<()> {
+        if self.max_tokens == 0 {
+            return Err(EngineError::Request(
+                "max_tokens 0 must be >= 1 (the number of tokens to generate)".into(),
+            ));
+        }
+        if self.logprobs == Some(0) {
+            return Err(EngineError::Request(
+                "logprobs Some(0) must be None (no top-K lists) or Some(K >= 1)".into(),
+            ));
+        }
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(EngineError::Request(format!(
                 "temperature {} must be a finite number >= 0 (0 = greedy)",
@@ -227,5 +244,11 @@ mod tests {
             let e = SamplingParams { top_p: p, ..ok.clone() }.validate().unwrap_err();
             assert!(e.to_string().contains("top_p"), "{p}: {e}");
         }
+        // Session 11: max_tokens = 0 and logprobs = Some(0) are typed errors naming the field.
+        let e = SamplingParams { max_tokens: 0, ..ok.clone() }.validate().unwrap_err();
+        assert!(matches!(&e, EngineError::Request(m) if m.contains("max_tokens")), "{e}");
+        let e = SamplingParams { logprobs: Some(0), ..ok.clone() }.validate().unwrap_err();
+        assert!(matches!(&e, EngineError::Request(m) if m.contains("logprobs")), "{e}");
+        assert!(SamplingParams { max_tokens: 1, logprobs: Some(1), ..ok }.validate().is_ok());
     }
 }

@@ -25,7 +25,7 @@ pub struct CacheConfig {
 impl CacheConfig {
     /// Pools for `max_seqs` sequences of up to `max_context` tokens each (every sequence can
     /// reach the limit at once). A `page_size` of 0 gives 0 pages (no panic); [`StatePool::new`]
-    /// then rejects the configuration with a typed error.
+    /// (and the backends' cache allocation) then reject the configuration with a typed error.
     #[must_use]
     pub fn for_sequences(max_seqs: usize, max_context: usize, page_size: usize) -> Self {
         Self {
@@ -65,9 +65,13 @@ impl CacheConfig {
         kv.saturating_add(mul(&[cfg.num_linear_layers(), self.max_seqs]).saturating_mul(per_slot))
     }
 
-    /// Pages needed for `tokens` tokens.
+    /// Pages needed for `tokens` tokens (`usize::MAX`, never available, for a `page_size` of 0,
+    /// instead of a division by zero).
     #[must_use]
     pub fn pages_for(&self, tokens: usize) -> usize {
+        if self.page_size == 0 {
+            return usize::MAX;
+        }
         tokens.div_ceil(self.page_size)
     }
 }
@@ -95,10 +99,15 @@ impl StatePool {
     /// A pool with every slot and page free.
     ///
     /// # Errors
-    /// [`EngineError::Capacity`] if a size is zero or the page count does not fit an `i32`.
+    /// [`EngineError::Capacity`] if a size (`max_seqs`, `num_pages`, `page_size`,
+    /// `max_context`) is zero or the page count does not fit an `i32`.
     pub fn new(cfg: CacheConfig) -> Result<Self> {
-        if cfg.max_seqs == 0 || cfg.page_size == 0 || cfg.max_context == 0 {
-            return Err(EngineError::Capacity(format!("cache sizes must be > 0: {cfg:?}")));
+        // num_pages = 0 (session 11): refused here, not at the first reserve ("KV cache exhausted")
+        // or the first attention call.
+        if cfg.max_seqs == 0 || cfg.num_pages == 0 || cfg.page_size == 0 || cfg.max_context == 0 {
+            return Err(EngineError::Capacity(format!(
+                "cache sizes (max_seqs, num_pages, page_size, max_context) must be > 0: {cfg:?}"
+            )));
         }
         let np = i32::try_from(cfg.num_pages)
             .map_err(|_| EngineError::Capacity(format!("{} pages overflow i32", cfg.num_pages)))?;
@@ -183,6 +192,24 @@ mod tests {
         let c = CacheConfig::for_sequences(1, 16, 0);
         assert_eq!(c.num_pages, 0);
         assert!(StatePool::new(c).is_err());
+        assert_eq!(c.pages_for(5), usize::MAX); // no division by zero
+    }
+
+    /// Session 11: zero pages (with every other size > 0) is refused at construction, naming
+    /// the field, instead of at the first reserve.
+    #[test]
+    fn zero_pages_is_an_error_at_construction() {
+        let c = CacheConfig { max_seqs: 2, num_pages: 0, page_size: 16, max_context: 64 };
+        let e = StatePool::new(c).unwrap_err();
+        assert!(matches!(&e, EngineError::Capacity(m) if m.contains("num_pages")), "{e}");
+        for c in [
+            CacheConfig { max_seqs: 0, ..c },
+            CacheConfig { page_size: 0, num_pages: 4, ..c },
+            CacheConfig { max_context: 0, num_pages: 4, ..c },
+        ] {
+            assert!(matches!(StatePool::new(c), Err(EngineError::Capacity(_))), "{c:?}");
+        }
+        assert!(StatePool::new(CacheConfig { num_pages: 1, ..c }).is_ok());
     }
 
     #[test]
