@@ -184,8 +184,8 @@ impl Engine {
     /// If the forward itself fails, the touched sequences' states are unspecified: end them.
     ///
     /// # Errors
-    /// [`EngineError::Request`] for unknown/duplicate sequences, empty items, bad token ids or a
-    /// sequence growing past the maximum context; [`EngineError::Capacity`] if the KV pages run
+    /// [`EngineError::Request`] for unknown/duplicate sequences, empty items, bad token ids, a
+    /// sequence growing past the maximum context or a step of more than `i32::MAX` tokens; [`EngineError::Capacity`] if the KV pages run
     /// out (nothing is run then); backend errors.
     pub fn step(&mut self, items: &[StepItem<'_>]) -> Result<StepLogits> {
         let (ids, batch, want_rows, ranges) = self.prepare(items)?;
@@ -251,6 +251,16 @@ impl Engine {
     ) -> Result<(Vec<u32>, StepBatch, Vec<usize>, Vec<Range<usize>>)> {
         if items.is_empty() {
             return Err(EngineError::Request("empty step".into()));
+        }
+        // cu_seqlens are i32 in the kernels: the step's token count must fit (each sequence's
+        // does: max_context fits an i32, StatePool::new).
+        let total = items.iter().try_fold(0usize, |acc, it| acc.checked_add(it.tokens.len()));
+        if total.and_then(|t| i32::try_from(t).ok()).is_none() {
+            return Err(EngineError::Request(format!(
+                "a step of {} sequences with more than {} tokens in total (i32 cu_seqlens)",
+                items.len(),
+                i32::MAX
+            )));
         }
         let mut seen = std::collections::HashSet::new();
         for it in items {

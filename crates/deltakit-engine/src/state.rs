@@ -100,7 +100,8 @@ impl StatePool {
     ///
     /// # Errors
     /// [`EngineError::Capacity`] if a size (`max_seqs`, `num_pages`, `page_size`,
-    /// `max_context`) is zero or the page count does not fit an `i32`.
+    /// `max_context`) is zero or the page count or `max_context` does not fit an `i32` (the
+    /// kernels' page ids, context lengths and `cu_seqlens` are i32).
     pub fn new(cfg: CacheConfig) -> Result<Self> {
         // num_pages = 0 (session 11): refused here, not at the first reserve ("KV cache exhausted")
         // or the first attention call.
@@ -111,6 +112,12 @@ impl StatePool {
         }
         let np = i32::try_from(cfg.num_pages)
             .map_err(|_| EngineError::Capacity(format!("{} pages overflow i32", cfg.num_pages)))?;
+        if i32::try_from(cfg.max_context).is_err() {
+            return Err(EngineError::Capacity(format!(
+                "max_context {} overflows i32 (context lengths are i32 in the kernels)",
+                cfg.max_context
+            )));
+        }
         // Pop from the back: hand out low indices first.
         Ok(Self {
             cfg,
@@ -210,6 +217,10 @@ mod tests {
             assert!(matches!(StatePool::new(c), Err(EngineError::Capacity(_))), "{c:?}");
         }
         assert!(StatePool::new(CacheConfig { num_pages: 1, ..c }).is_ok());
+        // A context past i32 would be truncated into the kernels' i32 ctx_lens.
+        let big = CacheConfig { num_pages: 1, max_context: 1 << 31, ..c };
+        let e = StatePool::new(big).unwrap_err();
+        assert!(matches!(&e, EngineError::Capacity(m) if m.contains("max_context")), "{e}");
     }
 
     #[test]
