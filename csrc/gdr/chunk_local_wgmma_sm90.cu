@@ -21,6 +21,8 @@
 //       phase 1: T10 | T32 | X21, T21 | X31, W20
 //       phase 2: X20 = W20 + A21 T10, T20 | T31 | X30 = A30 D0 + A31 T10
 // H200 (2026-12-02, ncu, 27B TP1 1 x 8192): <0> 167.1 us, <1> 153.2, <7> 136.5 (47.6 M instructions vs 56.7 M).
+// Session 11 (on kL 7 only): kL bit 8 (variant bit 4194304) the norms on the tensor cores, kL bit 16 (8388608) the
+// diagonal inverses row-oriented; see the kernel's comments.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -74,6 +76,13 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Four 8 x 8 bf16 matrices from shared memory (lane l gives the row address of matrix l / 8, row l % 8).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
 }
 __device__ __forceinline__ uint32_t pack_bf(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
@@ -225,7 +234,8 @@ __device__ __forceinline__ void fence_acc(float (&r)[8][4]) {
     for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
 }
 // D[64 x 64] += A[64 x 16] B[64 x 16]^T (bf16, f32 accumulate; d in the mma.sync C layout per n8 tile).
-__device__ __forceinline__ void wg_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
+// accum 0: D = A B^T (the accumulators' previous values are not read).
+__device__ __forceinline__ void wg_ss(float (&d)[8][4], uint64_t da, uint64_t db, int accum = 1) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -236,7 +246,7 @@ __device__ __forceinline__ void wg_ss(float (&d)[8][4], uint64_t da, uint64_t db
         "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
         "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(da), "l"(db), "r"(1));
+      : "l"(da), "l"(db), "r"(accum));
 }
 #endif  // DK_GDR_LW_SM90A
 
@@ -247,6 +257,12 @@ __device__ __forceinline__ void wg_ss(float (&d)[8][4], uint64_t da, uint64_t db
 // inverse (where they are idle) into a buffer, which removes the per-head gating barrier and warps 0-1's serial gating.
 // kL bit 2 (with bit 1; variant bit 524288, session 10): the epilogue -> diagonal inverse hand-off by __syncwarp (each
 // warp inverts the diagonal block it wrote) instead of a CTA barrier.
+// kL bit 8 (on kL 7; variant bit 4194304, session 11): the key norms are read off diag(K K^T) in the wgmma
+// accumulators and the query norms computed as diag(Q_lw Q_lw^T) of each warp's 16 rows by ldmatrix + mma.sync (f32
+// sums of the exact bf16 squares, as the pass over the tiles they replace, in another order); the first k16 step of
+// the wgmma overwrites the accumulators (scale-d 0).
+// kL bit 16 (on kL 7; variant bit 8388608, session 11): the diagonal inverses by one column per lane (lanes < 16),
+// row i of A's block read as float4 broadcasts, two partial sums per row: no shuffles or per-term lane selects.
 // kL bit 4 (with bit 1; variant bit 1048576, session 10): the image leaves shared memory by two bulk copies (TMA) that
 // thread 0 issues instead of the 128 threads' LDS / ST loop: P and the vectors right after the epilogue (both final
 // there), Tb after its stores; the reads are waited for before the next head's decay step (P / vectors) and before its
@@ -257,6 +273,8 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
   constexpr bool kV2 = (kL & 1) != 0;
   constexpr bool kBulk = (kL & 4) != 0;
   constexpr bool kNoEpiBar = (kL & 2) != 0;
+  constexpr bool kMmaNorm = (kL & 8) != 0;
+  constexpr bool kInvRow = (kL & 16) != 0;
   static_assert(!kBulk || kV2, "the bulk copy-out relies on kV2's vectors being final after the decay step");
   static_assert(!kNoEpiBar || kV2, "variant bit 524288 is on 262144 only");
 #ifdef DK_GDR_LW_SM90A
@@ -354,7 +372,25 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
   cp_async_wait_all();
   fence_proxy_async_smem();  // this thread's cp.async-written tile bytes -> the tensor cores' async proxy
   __syncthreads();
-  {  // norms (value-head independent): lt < 64 key row lt, else query row lt - 64
+  if (kMmaNorm) {  // query norms: warp lw's 16 rows, diag(Q_lw Q_lw^T) by 8 ldmatrix + 16 mma.sync (see kL bit 8)
+    const int mi = lane >> 3, r = 16 * lw + (lane & 7) + 8 * (mi & 1);
+    const uint32_t rowb = sbase + kOQ + uint32_t(r * 128);
+    float d[2][4];
+    zero(d);
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      const int ch = 2 * ks + (mi >> 1);  // 16-byte chunk of the row: panel ch >> 3, swizzled (ch & 7) ^ (r & 7)
+      uint32_t f[4];
+      ldsm_x4(f, rowb + uint32_t(ch >> 3) * 8192u + (uint32_t((ch & 7) ^ (r & 7)) << 4));
+      mma(d[0], f, f[0], f[2]);  // columns = rows g of the block: B fragment = the A fragment's rows g
+      mma(d[1], f, f[1], f[3]);  // rows g + 8
+    }
+    if (q == (g >> 1)) {  // this lane holds (g, g) and (g + 8, g + 8)
+      const float s0 = (g & 1) ? d[0][1] : d[0][0], s1 = (g & 1) ? d[1][3] : d[1][2];
+      vec[kRnq * 64 + 16 * lw + g] = (p.use_l2 ? rsqrtf(s0 + 1e-6f) : 1.f) * p.scale;
+      vec[kRnq * 64 + 16 * lw + g + 8] = (p.use_l2 ? rsqrtf(s1 + 1e-6f) : 1.f) * p.scale;
+    }
+  } else {  // norms (value-head independent): lt < 64 key row lt, else query row lt - 64
     const int row = lt & 63;
     const unsigned char* tile = smem + (lt < 64 ? kOK : kOQ) + row * 128;
     float pss[4] = {0.f, 0.f, 0.f, 0.f};
@@ -378,25 +414,48 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
   }
   // Raw A = K K^T and P = Q K^T (64 x 64 each, f32; warp lw holds rows 16 lw .. 16 lw + 15), kept in registers for
   // every value head of the CTA: 2 x 8 SS-wgmma over the two 64-column panels (k16 step kb: panel kb / 4, 32 bytes).
+  // kL bit 8: the first k16 step overwrites (scale-d 0) instead of zeroing 64 registers first, and the descriptors are
+  // one base + the step's offset (the 14-bit address field does not carry: the tiles end below 2^18 bytes).
   float a[8][4], pp[8][4];
+  if (!kMmaNorm) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) a[i][j] = pp[i][j] = 0.f;
+      for (int j = 0; j < 4; ++j) a[i][j] = pp[i][j] = 0.f;
+  }
   fence_acc(a);
   fence_acc(pp);
   wg_fence();
+  const uint64_t dk0 = wg_desc(sbase + kOK), dq0 = wg_desc(sbase + kOQ);
 #pragma unroll
   for (int kb = 0; kb < 8; ++kb) {
     const uint32_t ok = uint32_t(kb >> 2) * 8192u + uint32_t(kb & 3) * 32u;
-    const uint64_t dk = wg_desc(sbase + kOK + ok), dq = wg_desc(sbase + kOQ + ok);
-    wg_ss(a, dk, dk);
-    wg_ss(pp, dq, dk);
+    if (kMmaNorm) {
+      const uint64_t dk = dk0 + (ok >> 4), dq = dq0 + (ok >> 4);
+      wg_ss(a, dk, dk, kb > 0);
+      wg_ss(pp, dq, dk, kb > 0);
+    } else {
+      const uint64_t dk = wg_desc(sbase + kOK + ok), dq = wg_desc(sbase + kOQ + ok);
+      wg_ss(a, dk, dk);
+      wg_ss(pp, dq, dk);
+    }
   }
   wg_commit();
   wg_wait0();
   fence_acc(a);
   fence_acc(pp);
+  if (kMmaNorm && q == (g >> 1)) {  // key norms from diag(K K^T): (t, t) of rows t = 16 lw + g (+ 8) is a[2 lw (+ 1)]
+    float e0, e1, e2, e3;  // (a switch on the warp, not a loop: ptxas would index a[] dynamically through the stack)
+    switch (lw) {
+      case 0: e0 = a[0][0], e1 = a[0][1], e2 = a[1][2], e3 = a[1][3]; break;
+      case 1: e0 = a[2][0], e1 = a[2][1], e2 = a[3][2], e3 = a[3][3]; break;
+      case 2: e0 = a[4][0], e1 = a[4][1], e2 = a[5][2], e3 = a[5][3]; break;
+      default: e0 = a[6][0], e1 = a[6][1], e2 = a[7][2], e3 = a[7][3]; break;
+    }
+    const float s0 = (g & 1) ? e1 : e0, s1 = (g & 1) ? e3 : e2;
+    vec[kRnk * 64 + 16 * lw + g] = p.use_l2 ? rsqrtf(s0 + 1e-6f) : 1.f;
+    vec[kRnk * 64 + 16 * lw + g + 8] = p.use_l2 ? rsqrtf(s1 + 1e-6f) : 1.f;
+  }
   __syncthreads();  // every warp's products and K / Q reads done (A / P overwrite the tiles); norms, gates visible
   const int m0 = 16 * lw;
 #pragma unroll 1
@@ -512,7 +571,33 @@ __global__ void __launch_bounds__(128, 4) local_wgmma_kernel(const DkGdrPrefillF
       bulk_s2g(img_g + kRVec, sbase + kVec, kStRest - kRVec);
       bulk_commit();
     }
-    {  // diagonal blocks D_lw = (I + A_{lw,lw})^-1: warp lw, lanes c and c + 16 own column c (forward substitution;
+    if (kInvRow) {  // kL bit 16: D_lw column c = lane & 15 by forward substitution, row i of A's block read as float4s
+      // (broadcast; 8-column groups stay contiguous under the swizzle), the terms m < i in two partial sums (m & 2);
+      // no shuffles, no per-term lane select. Lanes c + 16 repeat lane c's work; lanes < 16 store.
+      const int cidx = lane & 15;
+      const int r0 = 16 * lw;
+      float col[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float x0 = 0.f, x1 = 0.f;
+        // row i's loads wait for row i - 2's result (else ptxas hoists all 36 float4 loads and spills)
+        int arow = (r0 + i) * 64;
+        if (i >= 2) asm volatile("" : "+r"(arow) : "f"(col[i - 2]));
+#pragma unroll
+        for (int m = 0; m < i; m += 4) {
+          const float4 l = *reinterpret_cast<const float4*>(sA + arow + ((r0 + m) ^ ((i & 3) << 3)));
+          x0 = fmaf(l.x, col[m], x0);
+          if (m + 1 < i) x0 = fmaf(l.y, col[m + 1], x0);
+          if (m + 2 < i) x1 = fmaf(l.z, col[m + 2], x1);
+          if (m + 3 < i) x1 = fmaf(l.w, col[m + 3], x1);
+        }
+        col[i] = ((i == cidx) ? 1.f : 0.f) - (x0 + x1);
+      }
+      if (lane < 16) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sT[(r0 + i) * kLd + r0 + cidx] = col[i];
+      }
+    } else {  // diagonal blocks D_lw = (I + A_{lw,lw})^-1: warp lw, lanes c and c + 16 own column c (forward substitution;
        // lane half hf sums the terms m = hf (mod 2), one shuffle per row adds the halves)
       const int cidx = lane & 15, hf = lane >> 4;
       const int r0 = 16 * lw;
@@ -737,8 +822,14 @@ extern "C" dk_status dk_gdr_split_local_wgmma_sm90(const DkGdrPrefillFusedParams
   // session 10's forms (see the kernel's comments): bit 262144 -> kL 1; with it, bits 524288 (no epilogue barrier)
   // -> kL | 2 and 1048576 (bulk copy-out) -> kL | 4
   const bool v2 = (p->variant & 262144) != 0;
-  const int kl = v2 ? 1 | ((p->variant & 524288) != 0 ? 2 : 0) | ((p->variant & 1048576) != 0 ? 4 : 0) : 0;
-  auto* const kern = kl == 7   ? local_wgmma_kernel<7>
+  // session 11 (on the full session-10 form kL 7 only): bit 4194304 (norms on the tensor cores) -> kL | 8, bit 8388608
+  // -> kL | 16
+  int kl = v2 ? 1 | ((p->variant & 524288) != 0 ? 2 : 0) | ((p->variant & 1048576) != 0 ? 4 : 0) : 0;
+  if (kl == 7) kl |= ((p->variant & 4194304) != 0 ? 8 : 0) | ((p->variant & 8388608) != 0 ? 16 : 0);
+  auto* const kern = kl == 31  ? local_wgmma_kernel<31>
+                     : kl == 23 ? local_wgmma_kernel<23>
+                     : kl == 15 ? local_wgmma_kernel<15>
+                     : kl == 7 ? local_wgmma_kernel<7>
                      : kl == 5 ? local_wgmma_kernel<5>
                      : kl == 3 ? local_wgmma_kernel<3>
                      : kl == 1 ? local_wgmma_kernel<1>

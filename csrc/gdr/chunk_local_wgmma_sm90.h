@@ -21,7 +21,10 @@ extern "C" {
  * session-10 form (factored decays below the diagonal blocks, gating on warps 2-3, Tb by 32-row items; same image up
  * to f32 rounding of the decays); with it, bit 524288 (1011921): the epilogue -> diagonal-inverse hand-off by a warp
  * barrier; bit 1048576 (1536209): the image copied out by TMA bulk copies (thread 0), not the threads' stores; both
- * (2060497): the library default since session 10. Preconditions as dk_gdr_chunk_prefill_split_sm90 (checked there:
+ * (2060497): the library default since session 10. Session 11 (on 2060497 / 4157649 only): bit 4194304 the key norms
+ * from diag(K K^T) of the wgmma accumulators and the query norms from diag(Q Q^T) per warp on mma.sync (instead of a
+ * pass over the tiles), the first wgmma step with scale-d 0; bit 8388608 the 16 x 16 diagonal inverses row-oriented
+ * (float4 A-row loads, one column per lane). Preconditions as dk_gdr_chunk_prefill_split_sm90 (checked there:
  * K = 128, workspace regions, alignments). Returns DK_ERR_CUDA (dk_last_cuda_error) if the launch fails. */
 dk_status dk_gdr_split_local_wgmma_sm90(const DkGdrPrefillFusedParams *p, const DkGdrPrefillSplitWs *ws,
                                         cudaStream_t stream);

@@ -1870,6 +1870,9 @@ namespace {
 // other one before the caller enqueues anything (session 8: 8192 / 12496 / 4112 / 9937 passed the old bit rules and
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
 bool split_variant_known(int v) {
+  // session 11 (gdr-local): bits 4194304 / 8388608 select forms of the wgmma local pass (read in
+  // chunk_local_wgmma_sm90.cu), on 2060497 or 4157649 only
+  if ((v & 12582912) != 0) return (v & ~12582912) == 2060497 || (v & ~12582912) == 4157649;
   if (v == 159953 || v == 225489) return true;  // 28881 / 94417 with the local pass on wgmma (bit 131072; session 9)
   // 225489 + 262144: the wgmma local pass's session-10 form; + 524288 (no epilogue barrier) / + 1048576 (bulk copy-out)
   if (v == 487633 || v == 1011921 || v == 1536209 || v == 2060497) return true;  // session 10
@@ -1926,6 +1929,10 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   auto* s = static_cast<cudaStream_t>(stream);
   // 159953 = 28881 + 131072 (session 9): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
+  if ((p->variant & 12582912) != 0) {  // session 11: the local pass's bits 4194304 / 8388608 (checked above)
+    if ((p->variant & ~12582912) == 2060497) return launch_cp<94417>(a, s);
+    return launch_cp<94417 | 2097152>(a, s);  // on 4157649
+  }
   if (p->variant == 159953) return launch_cp<28881>(a, s);
   if (p->variant == 225489) return launch_cp<94417>(a, s);  // = 94417 + 131072: the library default in session 9
   // 487633 = 225489 + 262144 (session 10): the same routes; dk_gdr_split_local_wgmma_sm90 reads bit 262144 at run time

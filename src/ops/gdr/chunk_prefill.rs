@@ -397,7 +397,10 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// products per warp), 1011921 / 1536209 = 487633 + 524288 (the epilogue -> diagonal-inverse
 /// hand-off by a warp barrier) / + 1048576 (the stage image copied out by TMA bulk copies),
 /// 2060497 = both (session 10), 4157649 = 2060497 + 2097152 (the default since session 10's end
-/// check: the state kernels' output tile stored through `stmatrix .trans`, same values); any other
+/// check: the state kernels' output tile stored through `stmatrix .trans`, same values); session 11
+/// (opt-in, on 2060497 or 4157649): + 4194304 (the local pass's key / query norms from
+/// diag(K K^T) / diag(Q Q^T) on the tensor cores), + 8388608 (its 16 x 16 diagonal inverses by one
+/// column per lane with float4 row loads), both = + 12582912; any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
 /// `Err(the text)`: the calls that select the split pipeline fail with that error (a measurement
