@@ -777,7 +777,8 @@ fn grid_y_of(op: &'static str, arg: &'static str, n: usize) -> Result<u32> {
 /// on an H200: rows 1 at 4k context read 1.5x faster; docs/benchmarks/2026-12-01-attn-prefill-sm90.md.)
 #[must_use]
 pub fn decode_splits(rows: usize, dims: AttnDims, max_ctx: usize) -> usize {
-    let programs = rows.max(1) * dims.n_kv_heads.max(1);
+    // Saturating: a wrapped product (0 for rows = H_kv = 2^32) divided by zero below.
+    let programs = rows.max(1).saturating_mul(dims.n_kv_heads.max(1));
     let want = (2 * 132usize).div_ceil(programs);
     want.clamp(1, max_ctx.div_ceil(64).clamp(1, 128))
 }
@@ -1352,5 +1353,16 @@ mod tests {
         let e = grid_y_of(OP, "dims.n_q_heads", 65_536).unwrap_err();
         assert!(matches!(e, Error::Shape { arg: "dims.n_q_heads", .. }), "{e}");
         assert_eq!(grid_y_of(OP, "dims.n_q_heads", 65_535).unwrap(), 65_535);
+    }
+
+    /// `decode_splits` with absurd rows x kv heads: the product saturates (it wrapped to 0 and
+    /// divided by zero in release builds).
+    #[test]
+    fn decode_splits_do_not_divide_by_a_wrapped_zero() {
+        let d = AttnDims { n_q_heads: 1 << 32, n_kv_heads: 1 << 32, head_dim: 128 };
+        assert_eq!(decode_splits(1 << 32, d, 1 << 20), 1);
+        assert_eq!(decode_splits_long_context(1 << 32, d, 1 << 20), 128);
+        let d = AttnDims { n_q_heads: 16, n_kv_heads: 4, head_dim: 256 };
+        assert_eq!(decode_splits(1, d, 4096), 64);
     }
 }
