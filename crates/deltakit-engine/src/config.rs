@@ -112,22 +112,29 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     /// Channels of a GDN layer's conv / `in_proj_qkv` output: `2 H_k K + H_v V` (order `q|k|v`).
+    /// Saturates at `usize::MAX` (a parsed config's sizes fit: [`Self::parse`] checks them).
     #[must_use]
     pub fn conv_dim(&self) -> usize {
-        2 * self.linear_num_key_heads * self.linear_key_head_dim
-            + self.linear_num_value_heads * self.linear_value_head_dim
+        self.checked_conv_dim().unwrap_or(usize::MAX)
     }
 
-    /// `H_k * K`.
+    fn checked_conv_dim(&self) -> Option<usize> {
+        self.linear_num_key_heads
+            .checked_mul(self.linear_key_head_dim)?
+            .checked_mul(2)?
+            .checked_add(self.linear_num_value_heads.checked_mul(self.linear_value_head_dim)?)
+    }
+
+    /// `H_k * K` (saturating, as [`Self::conv_dim`]).
     #[must_use]
     pub fn linear_key_dim(&self) -> usize {
-        self.linear_num_key_heads * self.linear_key_head_dim
+        self.linear_num_key_heads.saturating_mul(self.linear_key_head_dim)
     }
 
-    /// `H_v * V`.
+    /// `H_v * V` (saturating, as [`Self::conv_dim`]).
     #[must_use]
     pub fn linear_value_dim(&self) -> usize {
-        self.linear_num_value_heads * self.linear_value_head_dim
+        self.linear_num_value_heads.saturating_mul(self.linear_value_head_dim)
     }
 
     /// Number of full-attention layers (each owns a KV cache).
@@ -143,32 +150,41 @@ impl ModelConfig {
     }
 
     /// Total parameters of the text model (embedding, layers, final norm, untied LM head).
+    /// Saturates at `usize::MAX` (a parsed config's count fits: [`Self::parse`] checks it).
     #[must_use]
     pub fn num_parameters(&self) -> usize {
+        self.checked_num_parameters().unwrap_or(usize::MAX)
+    }
+
+    /// [`Self::num_parameters`], `None` if a product or sum overflows `usize`.
+    fn checked_num_parameters(&self) -> Option<usize> {
         let (d, i) = (self.hidden_size, self.intermediate_size);
-        let mut n = self.vocab_size * d + d;
-        if !self.tie_word_embeddings {
-            n += self.vocab_size * d;
-        }
+        let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+        let sum = |xs: &[Option<usize>]| xs.iter().try_fold(0usize, |a, &x| a.checked_add(x?));
+        let embed = mul(&[self.vocab_size, d])?;
+        let head = if self.tie_word_embeddings { 0 } else { embed };
+        let mut n = sum(&[Some(embed), Some(d), Some(head)])?;
+        let vd = self.linear_num_value_heads.checked_mul(self.linear_value_head_dim)?;
+        let hv = self.linear_num_value_heads;
+        let linear = sum(&[
+            mul(&[self.checked_conv_dim()?, d.checked_add(self.conv_kernel)?]),
+            mul(&[vd, d, 2]),
+            mul(&[2, hv, d]),
+            mul(&[2, hv]),
+            Some(self.linear_value_head_dim),
+        ])?;
+        let qd = mul(&[self.num_attention_heads, self.head_dim])?;
+        let kvd = mul(&[self.num_key_value_heads, self.head_dim])?;
+        let full = sum(&[mul(&[3, qd, d]), mul(&[2, kvd, d]), mul(&[2, self.head_dim])])?;
+        let common = sum(&[mul(&[2, d]), mul(&[3, d, i])])?;
         for t in &self.layer_types {
-            n += 2 * d + 3 * d * i;
-            n += match t {
-                LayerType::LinearAttention => {
-                    let (vd, hv) = (self.linear_value_dim(), self.linear_num_value_heads);
-                    self.conv_dim() * (d + self.conv_kernel)
-                        + vd * d * 2
-                        + 2 * hv * d
-                        + 2 * hv
-                        + self.linear_value_head_dim
-                }
-                LayerType::FullAttention => {
-                    let qd = self.num_attention_heads * self.head_dim;
-                    let kvd = self.num_key_value_heads * self.head_dim;
-                    2 * qd * d + 2 * kvd * d + qd * d + 2 * self.head_dim
-                }
+            let layer = match t {
+                LayerType::LinearAttention => linear,
+                LayerType::FullAttention => full,
             };
+            n = sum(&[Some(n), Some(common), Some(layer)])?;
         }
-        n
+        Some(n)
     }
 
     /// Read and parse `<dir>/config.json`, or a JSON file given directly.
@@ -197,8 +213,29 @@ impl ModelConfig {
     }
 
     /// Value checks after parsing: `rms_norm_eps` finite and > 0, every `eos_token_id` inside
-    /// the vocabulary.
+    /// the vocabulary, and the size products (parameter count, conv channels) fit in `usize`.
     fn validate(&self) -> Result<()> {
+        // Session 11: absurd dims wrapped in release builds (hidden_size 2^40 x vocab_size 2^30:
+        // a parameter count of 3.2e15; 2^60 / 2^62 GDN heads: conv_dim 0) and panicked in debug.
+        if self.checked_num_parameters().is_none() {
+            return Err(EngineError::Config(format!(
+                "model dimensions overflow usize (vocab_size {}, hidden_size {}, \
+                 intermediate_size {}, num_attention_heads {}, num_key_value_heads {}, head_dim \
+                 {}, linear_num_key_heads {}, linear_num_value_heads {}, linear_key_head_dim {}, \
+                 linear_value_head_dim {}, linear_conv_kernel_dim {})",
+                self.vocab_size,
+                self.hidden_size,
+                self.intermediate_size,
+                self.num_attention_heads,
+                self.num_key_value_heads,
+                self.head_dim,
+                self.linear_num_key_heads,
+                self.linear_num_value_heads,
+                self.linear_key_head_dim,
+                self.linear_value_head_dim,
+                self.conv_kernel
+            )));
+        }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
             return Err(EngineError::Config(format!(
                 "`rms_norm_eps` = {} (expected a finite value > 0)",
@@ -790,6 +827,32 @@ mod tests {
         v["use_sliding_window"] = serde_json::json!(false);
         v["eos_token_id"] = serde_json::json!(99);
         assert_eq!(ModelConfig::parse(&v.to_string()).unwrap().eos_token_ids, vec![99]);
+    }
+
+    /// Session 11: size products that overflow `usize` are a config error naming the fields
+    /// (they wrapped in release builds: a parameter count of 3.2e15 for 2^40 x 2^30, conv_dim 0).
+    #[test]
+    fn rejects_dims_whose_products_overflow() {
+        for (key, val) in [
+            ("hidden_size", 1u64 << 40),
+            ("linear_num_value_heads", 1 << 62),
+            ("linear_key_head_dim", 1 << 62),
+            ("intermediate_size", 1 << 62),
+            ("head_dim", 1 << 62),
+        ] {
+            let mut v = base();
+            v[key] = serde_json::json!(val);
+            if key == "hidden_size" {
+                v["vocab_size"] = serde_json::json!(1u64 << 30);
+            }
+            let e = ModelConfig::parse(&v.to_string()).unwrap_err();
+            let m = e.to_string();
+            assert!(matches!(e, EngineError::Config(_)) && m.contains("overflow"), "{key}: {m}");
+            assert!(m.contains(key), "{key}: {m}");
+        }
+        let c = ModelConfig::parse(&base().to_string()).unwrap();
+        assert_eq!(c.checked_num_parameters(), Some(c.num_parameters()));
+        assert_eq!(c.conv_dim(), 2 * 2 * 8 + 4 * 8);
     }
 
     #[test]
