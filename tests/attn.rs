@@ -963,7 +963,7 @@ fn attention_rejects_bad_metadata() {
     b.cu[1] = 4;
     let d = b.upload(&s);
     let e = attn::prefill_with(
-        PrefillKernel::Sm90Variant(53),
+        PrefillKernel::Sm90Variant(99),
         &s,
         &q,
         &kc,

@@ -87,7 +87,7 @@ if [[ " $steps " == *" triage "* ]]; then
     # The bench's timeline records run 26, 33 and 35 (DELTAKIT_BENCH_TIMELINE_VARIANTS): only
     # those that passed.
     tlv=26
-    for v in 33 35 38 40 43 45 47 49 50 52; do [[ ",$good," == *",$v,"* ]] && tlv="$tlv,$v"; done
+    for v in 33 35 38 40 43 45 47 49 50 52 54 56; do [[ ",$good," == *",$v,"* ]] && tlv="$tlv,$v"; done
     export DELTAKIT_BENCH_TIMELINE_VARIANTS="$tlv"
   else
     summary+=("triage: new variants $NEW_VARIANTS small cases rc=0")

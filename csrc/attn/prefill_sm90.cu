@@ -208,8 +208,32 @@ constexpr int kBM = 128;
 //      other 31 lanes' arrivals), before the TQW index math; the loop skips warp 0's share of
 //      tile 0. Expected: K0 issued ~0.6 us sooner, the first QK^T no longer waiting for K0
 //      (-0.3..-0.4 us per row block). 52 = 51 + TL (fields as 50).
-// Dispatched: 0-52.
-constexpr int kVariants = 53;
+//  53 (session 11) = 51 + BV: the block's cu_seqlens pair, ctx_lens entry and the page entries
+//      of tile 0's 16-position groups come from the launch parameters (Args::bv_*, filled by the
+//      launcher from the host copies; <= kBvSeqs sequences, else 51 runs): no dependent global
+//      load before the Q boxes and K tile 0 issue (session 10's timeline: the bounds came ~1.0 us
+//      after entry, Q issued ~0.5 us and K tile 0 ~1.3 us after them). V tile 0's entries too.
+//      54 = 53 + TL (fields as 52). H200 (session 11, call 1): correct, sanitizer-clean, but
+//      the Q boxes / K tile 0 issued no sooner (the metadata loads were already hidden behind the
+//      barrier setup and its __syncthreads at 0.58 us; the producer then needs ~0.5 us to get past
+//      the sync, index math and setmaxnreg, Q's 8 boxes go out at 1.8 us, K0's 20 at 2.2 us).
+//  55 (session 11) = 53 + EI: the two issuing threads set up their own barriers and issue before
+//      the block's __syncthreads -- thread 96 the Q barrier + Q's whole-token boxes, thread 0 the
+//      K / V barriers + a full K tile 0 (page entries from the launch parameters) -- so Q and K0
+//      leave ~0.2-0.5 / ~1.0 us after entry instead of 1.8 / 2.2 us. 56 = 55 + TL (fields as 54).
+//      H200 (session 11, call 2; the default switched to 55 for the call): correct in every test,
+//      memcheck / racecheck clean, but no faster (varlen 8 x 2048 880 vs 48's 880 us b2b, 873 vs
+//      871 db; the other shapes within +-1.5%): K0's first box left at 0.64 us, but one thread's
+//      20 boxes took until 1.79 us (~57 ns each at block start) and held the sync there; Q's boxes
+//      left at 1.06 us yet landed at 3.49 us (49: issued 1.70, landed 3.10-3.23); the first QK^T
+//      done at 4.13-4.19 vs 4.19-4.32. The block start is bound by the TMA issue and the memory
+//      system's answer to ~200 KB of first loads, not by when the software issues them.
+// Dispatched: 0-56.
+constexpr int kVariants = 57;
+// BV variants: most sequences whose metadata travels in the launch parameters, and the page
+// entries per sequence (tile 0's 16-position groups at BN 80).
+constexpr int kBvSeqs = 64;
+constexpr int kBvGroups = 5;
 // SPLIT+TMA variants: skip the consumers' proxy fence on TMA-loaded tiles (false: always fence).
 constexpr bool kSkipTmaFence = true;
 template <int HD, int VAR>
@@ -262,26 +286,30 @@ struct Cfg<256, VAR> {
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
-                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 52);
+                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 56);
   // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
   static constexpr bool QC = VAR >= 39 && VAR <= 41;
   // 41: the staged epilogue's shared-memory writes by stmatrix.
   static constexpr bool STM = VAR == 41;
   // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
-  static constexpr bool TQ = VAR >= 42 && VAR <= 52;
+  static constexpr bool TQ = VAR >= 42 && VAR <= 56;
   // 44-52: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
-  static constexpr bool TQW = VAR >= 44 && VAR <= 52;
+  static constexpr bool TQW = VAR >= 44 && VAR <= 56;
   // 46 / 47: TQW + DEFER -- K tile 1 and V tile 0 are issued only once Q has landed.
   static constexpr bool DEFER = VAR == 46 || VAR == 47;
   // 48 / 49: TQW + KU -- a full K / V tile's boxes issued by one lane with uniform operands.
-  static constexpr bool KU = VAR >= 48 && VAR <= 52;
+  static constexpr bool KU = VAR >= 48 && VAR <= 56;
   // 50 / 52: TL whose fields 7 / 8 stamp the K pair's first warp (K tile 0's issuer).
-  static constexpr bool KTL = VAR == 50 || VAR == 52;
+  static constexpr bool KTL = VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56;
   // 51 / 52: KE -- K tile 0's operands prepared at entry, its boxes issued first thing.
-  static constexpr bool KE = VAR == 51 || VAR == 52;
+  static constexpr bool KE = VAR >= 51 && VAR <= 56;
+  // 53-56: BV -- the block's metadata from the launch parameters (see kVariants).
+  static constexpr bool BV = VAR >= 53 && VAR <= 56;
+  // 55 / 56: EI -- Q and K tile 0 issued before the block's __syncthreads (see kVariants).
+  static constexpr bool EI = VAR == 55 || VAR == 56;
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
                             VAR == 38 || VAR == 40 || VAR == 43 || VAR == 45 || VAR == 47 ||
-                            VAR == 49 || VAR == 50 || VAR == 52;
+                            VAR == 49 || VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -321,6 +349,8 @@ struct Cfg<128, VAR> {
   static constexpr bool KU = false;
   static constexpr bool KTL = false;
   static constexpr bool KE = false;
+  static constexpr bool BV = false;
+  static constexpr bool EI = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -355,6 +385,8 @@ struct Cfg<64, VAR> {
   static constexpr bool KU = false;
   static constexpr bool KTL = false;
   static constexpr bool KE = false;
+  static constexpr bool BV = false;
+  static constexpr bool EI = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -403,7 +435,14 @@ struct Args {
   CUtensorMap tmap_qb;
   CUtensorMap tmap_qr;
   uint32_t q_nt;
+  // BV variants (53, 54): cu_seqlens[0..=N], ctx_lens[0..N] and page_table[s][16 g / page_size]
+  // (g < kBvGroups; -1 where that page index is >= max_pages) of the N <= kBvSeqs sequences,
+  // copied from the host arrays at launch. Unused otherwise.
+  int32_t bv_cu[kBvSeqs + 1];
+  int32_t bv_ctx[kBvSeqs];
+  int32_t bv_pg0[kBvSeqs][kBvGroups];
 };
+static_assert(sizeof(Args) <= 4096, "the launch parameters stay within the classic 4 KB");
 
 #ifdef DK_ATTN_SM90A
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
@@ -636,8 +675,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     // last: the partial Q rows), so the other warps' metadata loads go out at once and the
     // setup is done while they are in flight (a block that turns out empty or padding returns
     // after the sync below). One Q barrier: 1 expect-tx arrival + the 32 cp.async arrivals of
-    // the partial-row warp.
-    if (tid == 96) {
+    // the partial-row warp. (EI: set up by the two issuing threads below instead.)
+    if (tid == 96 && !Cfg<HD, VAR>::EI) {
       extern __shared__ uint8_t smem_raw[];
       const uint32_t b0 = ((smem_u32(smem_raw) + 1023u) & ~1023u) + uint32_t(kBM) * HD * 2 +
                           2u * ST * TILE;
@@ -693,7 +732,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   // inside the sequence's table row only) -- three independent loads in flight together.
   int ctx_early = 0;
   int page0_early = -1;
-  if constexpr (EARLY) {
+  constexpr bool BV = Cfg<HD, VAR>::BV;
+  static_assert(!BV || BN / 16 == kBvGroups, "BV: one page entry per 16-position group of tile 0");
+  if constexpr (BV) {
+    // BV: from the launch parameters (seq < num_seqs <= kBvSeqs for every block).
+    ctx_early = a.bv_ctx[seq];
+    if (tid < BN / 16) page0_early = a.bv_pg0[seq][tid];
+  } else if constexpr (EARLY) {
     ctx_early = __ldg(reinterpret_cast<const int*>(p.ctx_lens) + seq);
     if (tid < BN / 16) {
       const int pg = (16 * tid) / int(p.page_size);
@@ -705,14 +750,17 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   // TQW: the cu_seqlens pair is loaded before the barrier setup below (a plain load would stay
   // behind its __syncthreads).
   int cu_lo = 0, cu_hi = 0;
-  if constexpr (TQW) {
+  if constexpr (BV) {
+    cu_lo = a.bv_cu[seq];
+    cu_hi = a.bv_cu[seq + 1];
+  } else if constexpr (TQW) {
     cu_lo = __ldg(cu + seq);
     cu_hi = __ldg(cu + seq + 1);
   }
   // KE: K tile 0's cache row per 16-position group from the EARLY page entries (as crow_of(0)
   // for a full tile), made warp-uniform in warp 0 while the metadata loads are in flight.
   uint32_t k0row[BN / 16] = {};
-  if constexpr (Cfg<HD, VAR>::KE) {
+  if constexpr (Cfg<HD, VAR>::KE && !Cfg<HD, VAR>::EI) {
     if (tid < 32) {
       const int ps0 = int(p.page_size);
       const int np0 = int(min(p.num_pages, int64_t(0x7fffffff)));
@@ -725,8 +773,82 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       }
     }
   }
+  if constexpr (Cfg<HD, VAR>::EI) {
+    // EI: everything below comes from the launch parameters (BV), so the block's fate and its
+    // first loads are known here. Thread 96 sets up the Q barrier and issues Q's whole-token
+    // boxes (as TQW's issuer after the sync), thread 0 the K / V barriers and a full K tile 0
+    // (as KE's); each thread only touches barriers it initialized itself until the sync below.
+    // A block that returns after the sync (no rows / padding) issues nothing here.
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t eq = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t ekv = eq + uint32_t(kBM) * HD * 2;
+    const uint32_t eb = ekv + 2u * ST * TILE;
+    const int64_t ebos = min(max(int64_t(cu_lo), int64_t(0)), T);
+    const int64_t eeos = min(max(int64_t(cu_hi), ebos), T);
+    const int64_t erows = (eeos - ebos) * G;
+    const int64_t em0 = mb * kBM;
+    const bool live = em0 < erows && ctx_early >= 0;
+    if (tid == 96) {
+      mbar_init(eb, 33);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      fence_proxy_async();
+      if (live) {
+        const int64_t t0 = em0 / G;
+        const int h0 = int(em0 - t0 * G);
+        const int first = h0 == 0 ? 0 : G - h0;
+        const int nf = (kBM - first) / G;
+        const int tok1 = int(ebos + t0) + (h0 > 0 ? 1 : 0);
+        const int nt = int(a.q_nt);
+        mbar_arrive_expect_tx(eb, uint32_t(nf * G) * HD * 2);
+        const uint32_t d0 = eq + uint32_t(first) * 128u;
+#pragma unroll
+        for (int cblk = 0; cblk < HD / 64; ++cblk) {
+          tma_load_3d(d0 + uint32_t(cblk * kBM * 128), &a.tmap_qa, cblk * 64, int(kvh) * G, tok1,
+                      eb);
+        }
+        if (nf > nt) {
+          const uint32_t d1 = d0 + uint32_t(nt * G) * 128u;
+#pragma unroll
+          for (int cblk = 0; cblk < HD / 64; ++cblk) {
+            tma_load_3d(d1 + uint32_t(cblk * kBM * 128), &a.tmap_qb, cblk * 64, int(kvh) * G,
+                        tok1 + nt, eb);
+          }
+        }
+        if (TL) tl_put(10, gtimer());
+      }
+    } else if (tid == 0) {
+      for (int s = 0; s < ST; ++s) {
+        mbar_init(eb + 8u * uint32_t(1 + s), 64);
+        mbar_init(eb + 8u * uint32_t(1 + ST + s), 64);
+        mbar_init(eb + 8u * uint32_t(1 + 2 * ST + s), 256);
+        mbar_init(eb + 8u * uint32_t(1 + 3 * ST + s), 256);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      fence_proxy_async();
+      const int etok_hi = live ? int(min(em0 + kBM - 1, erows - 1) / G) : 0;
+      if (live && BN <= ctx_early + etok_hi + 1) {
+        const uint32_t fb0 = eb + 8u;  // full_k(0)
+        const int ps0 = int(p.page_size);
+        const int np0 = int(min(p.num_pages, int64_t(0x7fffffff)));
+        const int oob = int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));
+        mbar_arrive_expect_tx(fb0, TILE);
+        if (TL) tl_put(8, gtimer());
+#pragma unroll
+        for (int g = 0; g < BN / 16; ++g) {
+          const int pg = a.bv_pg0[seq][g];
+          const int crow = (pg >= 0 && pg < np0) ? pg * ps0 + (16 * g) % ps0 : oob;
+#pragma unroll
+          for (int cblk = 0; cblk < HD / 64; ++cblk) {
+            tma_load_3d(ekv + uint32_t(cblk * BN * 128 + g * 16 * 128), &a.tmap_k, cblk * 64,
+                        int(kvh), crow, fb0);
+          }
+        }
+        if (TL) tl_put(11, gtimer());
+      }
+    }
+  }
   if constexpr (TQW) {
-    __syncthreads();  // the barriers set up at entry (thread 96)
+    __syncthreads();  // the barriers set up at entry (thread 96; EI: threads 96 and 0)
     if (TL && tid == 0) tl_put(9, gtimer());
   }
   const int64_t bos = min(max(int64_t(TQW ? cu_lo : cu[seq]), int64_t(0)), T);
@@ -809,7 +931,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       // with the expect-tx); the loop below skips warp 0's share of tile 0.
       if (tid < 32 && BN <= kv_end) {
         const uint32_t fb0 = full_k(0);
-        if (tid == 0) {
+        if (tid == 0 && Cfg<HD, VAR>::EI) {
+          // EI: thread 0 issued K tile 0 (with the expect-tx) before the sync.
+        } else if (tid == 0) {
           mbar_arrive_expect_tx(fb0, TILE);
           if (TL) tl_put(8, gtimer());
 #pragma unroll
@@ -939,9 +1063,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       auto crow_of = [&](int j) -> int {  // cache row of group `lane` of a full tile j
         if (!TMA || lane >= BN / 16 || (j + 1) * BN > kv_end) return 0;
         const int pos = j * BN + 16 * lane;
-        // EARLY: warp 0's entries of tile 0 were loaded at entry.
-        const int page =
-            (Cfg<HD, VAR>::EARLY && j == 0 && warp == 0) ? page0_early : __ldg(table + pos / ps);
+        // EARLY: warp 0's entries of tile 0 were loaded at entry (BV: every warp's, from the
+        // launch parameters).
+        const int page = (BV && j == 0)                               ? a.bv_pg0[seq][lane]
+                         : (Cfg<HD, VAR>::EARLY && j == 0 && warp == 0) ? page0_early
+                                                                        : __ldg(table + pos / ps);
         return (page >= 0 && page < num_pages)
                    ? page * ps + pos % ps
                    : int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));  // zeros
@@ -990,7 +1116,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         const int first = h0 == 0 ? 0 : G - h0;
         const int nf = (kBM - first) / G;  // whole tokens after the first: nt or nt + 1
         const int tok1 = int(bos + t0) + (h0 > 0 ? 1 : 0);  // first whole token
-        if (kv == 0 && wig == 1) {
+        if (!Cfg<HD, VAR>::EI && kv == 0 && wig == 1) {  // (EI: thread 96 issued them)
           if (lane == 0) {
             const int nt = int(a.q_nt);
             mbar_arrive_expect_tx(barQ, uint32_t(nf * G) * HD * 2);
@@ -2567,6 +2693,27 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
       return launch<HD, PP, 31>(p, stream);
     }
   }
+  if constexpr (Cfg<HD, VAR>::BV) {
+    // Without the three host arrays (or for more sequences than the parameters hold): the same
+    // kernel reading its metadata from the device arrays (51 / 52).
+    constexpr int FB = Cfg<HD, VAR>::TL ? 52 : 51;
+    if (p.host_cu_seqlens == 0 || p.host_ctx_lens == 0 || p.host_page_table == 0 ||
+        p.num_seqs > kBvSeqs) {
+      return launch<HD, PP, FB>(p, stream);
+    }
+    const int* hcu = reinterpret_cast<const int*>(p.host_cu_seqlens);
+    const int* hctx = reinterpret_cast<const int*>(p.host_ctx_lens);
+    const int* hpt = reinterpret_cast<const int*>(p.host_page_table);
+    const int n = int(p.num_seqs);
+    for (int i = 0; i <= n; ++i) a.bv_cu[i] = hcu[i];
+    for (int i = 0; i < n; ++i) {
+      a.bv_ctx[i] = hctx[i];
+      for (int g = 0; g < kBvGroups; ++g) {
+        const int64_t pg = (16 * g) / p.page_size;
+        a.bv_pg0[i][g] = pg < p.max_pages ? hpt[int64_t(i) * p.max_pages + pg] : -1;
+      }
+    }
+  }
   a.max_m_blocks = ceil_div(p.max_seqlen * a.group, kBM);
   {
     const int sms = sm_count(dev);
@@ -2737,6 +2884,14 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 51>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 52:
           return p->scale > 0.f ? a::launch<256, true, 52>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 53:
+          return p->scale > 0.f ? a::launch<256, true, 53>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 54:
+          return p->scale > 0.f ? a::launch<256, true, 54>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 55:
+          return p->scale > 0.f ? a::launch<256, true, 55>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 56:
+          return p->scale > 0.f ? a::launch<256, true, 56>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

@@ -123,18 +123,33 @@ typedef struct DkAttnPrefillSm90Params {
    * K / V tile's boxes issued by one lane with warp-uniform operands, 49 = 48 recording the
    * timeline, 50 = 48 recording the timeline with K tile 0's issuer stamped, 51 = 48 with K tile
    * 0's operands prepared at entry and its boxes issued first (correct and memcheck-clean on the
-   * small cases, not timed), 52 = 51 recording the timeline (session 10).
+   * small cases, not timed), 52 = 51 recording the timeline (session 10); 53 = 51 with each
+   * block's sequence bounds, context length and K / V tile 0's page entries taken from the launch
+   * parameters (copied from the host_* arrays below at launch: no dependent global load before
+   * the block's first TMA issues; without all three host arrays, or for more than 64 sequences,
+   * 51 runs), 54 = 53 recording the timeline (as 52), 55 = 53 with Q's boxes and a full K tile 0
+   * issued before the block's barrier sync by the two threads that set up their barriers, 56 =
+   * 55 recording the timeline (as 54) (session 11; 53 / 55 correct and sanitizer-clean on an H200
+   * but no faster than 48).
    * The safe wrapper's default: 48 (session 10; 30 in sessions 7-9, 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-52 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=52:
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-56 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=56:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
+  /** Optional host copies (host addresses; 0 = not given) of cu_seqlens i32 [N+1], ctx_lens i32
+   * [N] and page_table i32 [N, max_pages], equal to the device arrays; read by the launcher during
+   * the call (variants 53-56 copy each sequence's bounds, context length and first page entries
+   * into the kernel's launch parameters; a captured graph keeps the values of capture time, as it
+   * keeps max_seqlen). Other variants ignore them. */
+  uint64_t host_cu_seqlens;
+  uint64_t host_ctx_lens;
+  uint64_t host_page_table;
 } DkAttnPrefillSm90Params;
 
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 / 47 / 49 / 50 / 52:
+/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 / 47 / 49 / 50 / 52 / 54 / 56:
  * copies the first `n` words
  * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
  * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
@@ -142,7 +157,7 @@ dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t str
  * __syncthreads, warpgroup 0's first Q rows issued, K tile 0 issued; 40: field 10 = consumer
  * warpgroup 0 issued its Q rows; 43: 10 = the Q boxes issued, 7 / 8 = the Q-issuing warp past its
  * register release / before its first box; 45 / 47 / 49: 7 = the partial-token Q rows issued,
- * 8 = the bounds known (after the barrier sync of 9), 10 = the Q boxes issued; 50 / 52: as 49
+ * 8 = the bounds known (after the barrier sync of 9), 10 = the Q boxes issued; 50 / 52 / 54 / 56: as 49
  * but 7 / 8 = K tile 0's issuer past its register release / before its first box; zero = not
  * recorded) of the
  * device-global timeline buffer to `host`, then zeroes the buffer and synchronizes the device.

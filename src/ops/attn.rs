@@ -542,9 +542,17 @@ pub enum PrefillKernel {
     /// with fields 7 / 8 = K tile 0's issuer past its register release / before its first box,
     /// 51 = 48 with K tile 0's operands prepared at entry and its boxes issued before anything
     /// else of the producer (session 10: correct and memcheck-clean on the small cases on an
-    /// H200, not timed), 52 = 51 recording the timeline (fields as 50). 44-52 opt-in except 48
+    /// H200, not timed), 52 = 51 recording the timeline (fields as 50). 53 (session 11) = 51 with
+    /// each row block's sequence bounds, context length and tile 0's page entries taken from the
+    /// launch parameters (filled from `SeqBatch`'s host copies; more than 64 sequences: 51), 54 =
+    /// 53 recording the timeline (fields as 52), 55 = 53 with Q's boxes and a full K tile 0
+    /// issued before the row block's barrier sync by the two threads that set up their
+    /// barriers, 56 = 55 recording the timeline (fields as 54). 53 / 55 on an H200 (session 11,
+    /// docs/benchmarks/2026-12-02-attn-s11.md): correct in every test, memcheck / racecheck clean,
+    /// but no faster than 48 (varlen 8 x 2048 within 1%: Q and K tile 0 land no sooner). 44-56
+    /// opt-in except 48
     /// (the default since session 10).
-    /// Same results up to rounding. Values above 52 are rejected ([`crate::Error::Shape`] naming
+    /// Same results up to rounding. Values above 56 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -577,7 +585,7 @@ const SM90_DEFAULT_VARIANT: i32 = 48;
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
 /// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 /
-/// 47 / 49 / 50 / 52
+/// 47 / 49 / 50 / 52 / 54 / 56
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -589,7 +597,7 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// rows issued, K tile 0 issued; 40: field 10 = consumer warpgroup 0 issued its Q rows; 43: 10 =
 /// the Q boxes issued, 7 / 8 = the Q-issuing warp past its register release / before its first
 /// box; 45 / 47 / 49: 7 = the partial-token Q rows issued, 8 = the bounds known (after the barrier sync of
-/// 9), 10 = the Q boxes issued; 50 / 52: as 49 but 7 / 8 = K tile 0's issuer past its register
+/// 9), 10 = the Q boxes issued; 50 / 52 / 54 / 56: as 49 but 7 / 8 = K tile 0's issuer past its register
 /// release / before its first box); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
@@ -611,7 +619,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 52;
+const SM90_MAX_VARIANT: u8 = 56;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -635,7 +643,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     let width = check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=52", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=56", v));
         }
     }
     let t = tokens_of(OP, batch.host_cu_seqlens)?;
@@ -702,9 +710,15 @@ pub fn prefill_with<I: DevicePtr<i32>>(
             scale,
             schedule,
             variant,
+            // Host copies (validated above, the lengths the C side reads: N + 1, N, N x
+            // max_pages), read during the call by the variants that pass metadata by value.
+            host_cu_seqlens: batch.host_cu_seqlens.as_ptr() as u64,
+            host_ctx_lens: batch.host_ctx_lens.as_ptr() as u64,
+            host_page_table: batch.host_page_table.as_ptr() as u64,
         };
         // SAFETY: live buffers of the checked extents; metadata validated on the host copies; the
-        // kernel reads out-of-range page ids as zeros and clamps cu_seqlens.
+        // kernel reads out-of-range page ids as zeros and clamps cu_seqlens. The host slices
+        // outlive the call.
         let status = unsafe { ffi::dk_attn_prefill_sm90(&raw const params, raw_stream(stream)) };
         if status != ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE {
             return check(OP, status);
