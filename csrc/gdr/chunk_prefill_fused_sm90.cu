@@ -1043,6 +1043,20 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // (2026-12-02, in 4157649): tests 20/20, memcheck 0 (racecheck not run); 27B TP1 / TP2 / 9B 8x8192 / 9B 1x65536
   // -2.4 / -1.3 / -0.9 / -2.6% vs 2060497 in the same call (docs/benchmarks/2026-12-02-gdr-state-s10.md).
   constexpr bool kStsmO = (VAR & 2097152) != 0;
+  // kDeferO (VAR & 16777216; session 11, opt-in, gdr-state): the output store's global half off the chain. Chunk c's
+  // tile is staged by stmatrix (kStsmO) as before, but its 16-byte row stores (LDS.128 + STG.128) run in chunk c + 1
+  // after the X / S Q^T group is issued, under that group's wait (the tensor pipe busy, the chain idle); the last
+  // chunk's rows after the loop. The staging is per warp, reused only by the same warp's next stmatrix (ordered by
+  // __syncwarp). Every chunk but the last is full (n = 64), so the deferred rows need no bounds but the last's.
+  constexpr bool kDeferO = (VAR & 16777216) != 0;
+  static_assert(!kDeferO || (kStsmO && kChain && (VAR & 512) == 0), "deferred store: stmatrix staging, chain form");
+  // kS2G (VAR & 33554432; session 11, opt-in, gdr-state; with kStsmO): the X / S Q^T product as two commit groups.
+  // Only s0 (S^T columns k 0..63) is split before the products start; X kb 0..3 (panel 0) are issued, then s1 is split
+  // into the A fragments of kb 4..7 while those run on the tensor pipe, then kb 4..7 follow into the same accumulators
+  // (same products, same order of the k16 steps per accumulator). (A form with the S update itself as two groups and
+  // s0's split under S1 was serialized by ptxas (C7514): wgmma groups in flight across the loop's back edge.)
+  constexpr bool kS2G = (VAR & 33554432) != 0;
+  static_assert(!kS2G || (kStsmO && kChain && (VAR & 512) == 0 && !kProf), "two X groups: chain form, unprofiled");
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
@@ -1246,6 +1260,30 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       DK_S(nt, i) = read ? sp[int64_t(k) * V + v] : (ident && k == col0 + v ? 1.f : 0.f);
     }
   unsigned char* so = asmem + kOO + warp * 2048;
+  // The warp's staged [64 t][16 v] tile -> output rows tb + row (row < nn): 16 bytes a lane, 4 rows of 16 apart.
+  auto store_staged = [&](int64_t tb, int nn, bool on) {
+    const int64_t rs = HV * V;  // elements between consecutive tokens' rows
+    __nv_bfloat16* ob = out + ((tb + (lane >> 1)) * HV + hv) * V + col0 + 16 * sw + 8 * (lane & 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = (lane >> 1) + 16 * i;
+      if (row < nn && on)
+        *reinterpret_cast<uint4*>(ob + int64_t(16 * i) * rs) =
+            *reinterpret_cast<const uint4*>(so + row * 32 + (lane & 1) * 16);
+    }
+  };
+  // the state warps' stage release of chunk cc (after its last read of the stage)
+  auto release = [&](int64_t cc) {
+    if (cc + kNs < nc) {
+      const int rst = int(cc % kNs);
+      if constexpr (kSyncEmpty)
+        bar_sync(kSpEmpty + rst, 32 * (kSW + 4));
+      else if constexpr (kMbarEmpty)
+        mbar_arrive(smem_u32(&s_empty[rst]));
+      else
+        bar_arrive(kSpEmpty + rst, 32 * (kSW + 4));
+    }
+  };
   if constexpr (kProf) tp = clock64();
   bool aborted = false;  // overlap: the loaders stopped (s_ovl[2 + stage])
   const long long tstart = tp;
@@ -1259,7 +1297,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     const int n = int(eos - t0 < kC ? eos - t0 : kC);
     uint32_t ah[8][4], al[8][4];
 #pragma unroll
-    for (int kb = 0; kb < 8; ++kb) {
+    for (int kb = 0; kb < (kS2G ? 4 : 8); ++kb) {
       split2(DK_S(2 * kb, 0), DK_S(2 * kb, 1), ah[kb][0], al[kb][0]);
       split2(DK_S(2 * kb, 2), DK_S(2 * kb, 3), ah[kb][1], al[kb][1]);
       split2(DK_S(2 * kb + 1, 0), DK_S(2 * kb + 1, 1), ah[kb][2], al[kb][2]);
@@ -1283,7 +1321,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     // Every A fragment and accumulator is pinned (volatile register fences) before wgmma.fence, so that none is
     // defined between the fence and the products (ptxas would insert a warpgroup.arrive and serialize them).
 #pragma unroll
-    for (int kb = 0; kb < 8; ++kb) {
+    for (int kb = 0; kb < (kS2G ? 4 : 8); ++kb) {
       fence_frag(ah[kb]);
       fence_frag(al[kb]);
     }
@@ -1291,7 +1329,39 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     fence_acc(o);
     wg_fence();
     uint32_t vr[4][4];
-    if constexpr (kChain) {
+    if constexpr (kS2G) {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) {  // X kb 0..3 (panel 0) from s0
+        const uint64_t dkq = wg_desc(sin + kOK + uint32_t(kb & 3) * 32u, 16, 1024);
+        wg_rs128(x, o, ah[kb], dkq);
+        if constexpr (kLo) wg_rs<0>(x, al[kb], dkq);
+      }
+      wg_commit();
+      fence_acc(s1);  // pinned after the commit (else the compiler hoists the split above the first group)
+#pragma unroll
+      for (int kb = 4; kb < 8; ++kb) {  // s1's split under the first group
+        split2(DK_S(2 * kb, 0), DK_S(2 * kb, 1), ah[kb][0], al[kb][0]);
+        split2(DK_S(2 * kb, 2), DK_S(2 * kb, 3), ah[kb][1], al[kb][1]);
+        split2(DK_S(2 * kb + 1, 0), DK_S(2 * kb + 1, 1), ah[kb][2], al[kb][2]);
+        split2(DK_S(2 * kb + 1, 2), DK_S(2 * kb + 1, 3), ah[kb][3], al[kb][3]);
+        fence_frag(ah[kb]);
+        fence_frag(al[kb]);
+      }
+      wg_fence();
+#pragma unroll
+      for (int kb = 4; kb < 8; ++kb) {  // X kb 4..7 (panel 1) from s1, into the same accumulators
+        const uint64_t dkq = wg_desc(sin + kOK + kPan + uint32_t(kb & 3) * 32u, 16, 1024);
+        wg_rs128(x, o, ah[kb], dkq);
+        if constexpr (kLo) wg_rs<0>(x, al[kb], dkq);
+      }
+      wg_commit();
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) ldsm4t(a_a_km(sin + kOVw, 16 * kb, 16 * sw, 128, lane), vr[kb]);
+      if constexpr (kDeferO) {
+        if (c > 0) store_staged(t0 - kC, kC, store_out);  // chunk c - 1's rows under the X group
+        __syncwarp();
+      }
+    } else if constexpr (kChain) {
 #pragma unroll
       for (int kb = 0; kb < 8; ++kb) {  // B rows 0..63 = K, 64..127 = Q of panel kb / 4
         const uint64_t dkq = wg_desc(sin + kOK + uint32_t(kb >> 2) * kPan + uint32_t(kb & 3) * 32u, 16, 1024);
@@ -1301,6 +1371,10 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       wg_commit();
 #pragma unroll
       for (int kb = 0; kb < 4; ++kb) ldsm4t(a_a_km(sin + kOVw, 16 * kb, 16 * sw, 128, lane), vr[kb]);
+      if constexpr (kDeferO) {  // chunk c - 1's rows (full: n = 64) under the X group; then the staging is free
+        if (c > 0) store_staged(t0 - kC, kC, store_out);
+        __syncwarp();
+      }
     } else {
 #pragma unroll
       for (int kb = 0; kb < 8; ++kb) {
@@ -1366,6 +1440,11 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     }
     wg_commit();
     const float gl = vec[kMisc * 64];
+    // kS2G: the S update accumulates s1's half into u1 (= e^{g_last} s1), copied back to s1 by a CUDA-core add after
+    // the S wait: ptxas tracks "defined by GMMA" per PTX register, and s1 is read under the next chunk's first X group
+    // (C7517 / C7518: a wait injected there, every wgmma serialized, when the S update wrote s1 itself).
+    float u1[8][4];
+    float(&s1w)[8][4] = kS2G ? u1 : s1;
     if constexpr (kChain) {  // under the v group: O^T diag(qsc), e^{g_last} S^T (neither is an operand of it)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -1378,10 +1457,15 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
 #pragma unroll
       for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) DK_S(nt, i) *= gl;
+        for (int i = 0; i < 4; ++i) {
+          if (kS2G && nt >= 8)
+            u1[nt & 7][i] = s1[nt & 7][i] * gl;
+          else
+            DK_S(nt, i) *= gl;
+        }
       fence_acc(o);  // pinned here, before the wait (else the compiler sinks the scaling below it)
       fence_acc(s0);
-      fence_acc(s1);
+      fence_acc(s1w);
     }
     wg_wait<0>();
     fence_acc(vn);
@@ -1431,25 +1515,27 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     }
     fence_acc(o);
     fence_acc(s0);
-    fence_acc(s1);
+    fence_acc(s1w);
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) wg_rs<0>(o, va[kb], wg_desc(sstg + kOP + 32u * kb, 16, 1024));
     wg_commit();
     // S^T += (v^T diag(kdec)) K (hi + lo): B = the K panels MN-major (rows t = the k16 step, 2 KB each).
+    {
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      const uint64_t d0 = wg_desc(sin + kOK + 2048u * kb, 8192, 1024);
-      const uint64_t d1 = wg_desc(sin + kOK + kPan + 2048u * kb, 8192, 1024);
-      wg_rs<1>(s0, wh[kb], d0);
-      wg_rs<1>(s1, wh[kb], d1);
-      if constexpr (kLo) {
-        wg_rs<1>(s0, wl[kb], d0);
-        wg_rs<1>(s1, wl[kb], d1);
+      for (int kb = 0; kb < 4; ++kb) {
+        const uint64_t d0 = wg_desc(sin + kOK + 2048u * kb, 8192, 1024);
+        const uint64_t d1 = wg_desc(sin + kOK + kPan + 2048u * kb, 8192, 1024);
+        wg_rs<1>(s0, wh[kb], d0);
+        wg_rs<1>(s1w, wh[kb], d1);
+        if constexpr (kLo) {
+          wg_rs<1>(s0, wl[kb], d0);
+          wg_rs<1>(s1w, wl[kb], d1);
+        }
       }
+      wg_commit();
+      wg_wait<1>();  // the O group (committed first) is done; the S update may still run
     }
-    wg_commit();
-    wg_wait<1>();  // the O group (committed first) is done; the S update may still run
     fence_acc(o);
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) fence_frag(va[kb]);
@@ -1468,15 +1554,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         stsm4t(smem_u32(so) + uint32_t((16 * np + 8 * (mi >> 1) + (lane & 7)) * 32 + (mi & 1) * 16), r);
       }
       __syncwarp();
-      const int64_t rs = HV * V;  // elements between consecutive tokens' rows
-      __nv_bfloat16* ob = out + ((t0 + (lane >> 1)) * HV + hv) * V + col0 + 16 * sw + 8 * (lane & 1);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = (lane >> 1) + 16 * i;
-        if (row < n && store_out)
-          *reinterpret_cast<uint4*>(ob + int64_t(16 * i) * rs) =
-              *reinterpret_cast<const uint4*>(so + row * 32 + (lane & 1) * 16);
-      }
+      if constexpr (!kDeferO) store_staged(t0, n, store_out);
     } else {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -1499,21 +1577,22 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     }
     __syncwarp();
     DK_MARK(5)
-    wg_wait<0>();
-    fence_acc(s0);
-    fence_acc(s1);
+    {
+      wg_wait<0>();
+      fence_acc(s0);
+      fence_acc(s1w);
+      if constexpr (kS2G) {  // s1 = u1 + 0 (-0 -> +0 only): s1 defined by a CUDA-core instruction (see u1)
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      fence_frag(wh[kb]);
-      fence_frag(wl[kb]);
-    }
-    if (c + kNs < nc) {
-      if constexpr (kSyncEmpty)
-        bar_sync(kSpEmpty + st, 32 * (kSW + 4));
-      else if constexpr (kMbarEmpty)
-        mbar_arrive(smem_u32(&s_empty[st]));
-      else
-        bar_arrive(kSpEmpty + st, 32 * (kSW + 4));
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) asm volatile("add.f32 %0, %1, 0f00000000;" : "=f"(s1[i][j]) : "f"(u1[i][j]));
+      }
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) {
+        fence_frag(wh[kb]);
+        fence_frag(wl[kb]);
+      }
+      release(c);
     }
     DK_MARK(6)
   }
@@ -1527,6 +1606,12 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     }
   }
 #undef DK_MARK
+  if constexpr (kDeferO) {  // the last chunk's staged rows (its stmatrix and __syncwarp ran in the loop)
+    if (nc > 0) {
+      const int64_t tl = bos + (nc - 1) * kC;
+      store_staged(tl, int(eos - tl), store_out);
+    }
+  }
   if constexpr (kOvl) {
     if (aborted) {  // state untouched, the fix-up launch reruns this CTA
       if (tid == 0) {
@@ -1753,7 +1838,10 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   // BASE: 209, or 721 (the overlap); L4: the local pass at 4 CTAs / SM (bit 16384, on 209 only)
   // MB: the mbarrier stage release (bit 65536, on 28881 only: 94417) in every state kernel this launch takes
   // SO: the stmatrix output store (bit 2097152, session 10 opt-in) in every state kernel this launch takes
-  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384), SO = VAR & 2097152,
+  // + the deferred output store (bit 16777216) / two X groups (33554432) (session 11 opt-in), likewise; PD (bit
+  // 67108864, session 11): read by launch_split only (the pair route's own form)
+  constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384),
+                SO = VAR & (2097152 | 16777216 | 33554432), PD = VAR & 67108864,
                 SV = (VAR & 434) | 4096 | MB | SO;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
@@ -1784,7 +1872,7 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
       // 1.933 ms); not at C <= SMs (27B TP1 1 x 8192: 0.475 -> 0.683).
       const int64_t w1 = (C + sms - 1) / sms, w2 = (C + 2 * sms - 1) / (2 * sms);
       if (p.v_dim % (2 * kBV) == 0 && 3960.0 * double(w2) < 0.97 * 2300.0 * double(w1))
-        return launch_split<8192 | BASE | L4 | MB | SO>(a, s);
+        return launch_split<8192 | BASE | L4 | MB | SO | PD>(a, s);
     }
     return launch_split<BASE | L4 | MB | SO>(a, s);
   }
@@ -1828,10 +1916,14 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   } else {
   const DkGdrPrefillFusedParams& p = a.p;
   // the bits each kernel reads (1, 2, 64, 16384 / 2, 16, 32, 128, 256, 8192)
-  constexpr int LV = VAR & (67 | 16384), SV = VAR & (434 | 8192 | 32768 | 65536 | 2097152);
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
+  // bit 67108864 (session 11, with 2097152): the pair state CTA takes the deferred output store (16777216) and not
+  // the two X groups (33554432); the single CTA ignores it
+  constexpr int SV0 = VAR & (434 | 8192 | 32768 | 65536 | 2097152 | 16777216 | 33554432);
+  constexpr int LV = VAR & (67 | 16384),
+                SV = kPair && (VAR & 67108864) != 0 ? ((SV0 & ~33554432) | 16777216) : SV0;
   if constexpr (kPair) {
-    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~8192)>(a, s);
+    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~(8192 | 67108864))>(a, s);
   }
   if ((VAR & 8) == 0 && (LV & 64) != 0 && (p.variant & 131072) != 0 && a.w.nt > 0) {  // wgmma local pass (159953)
     if (const dk_status st = dk_gdr_split_local_wgmma_sm90(&p, &a.w, s); st != DK_OK) return st;
@@ -1871,12 +1963,19 @@ namespace {
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
 bool split_variant_known(int v) {
   // session 11 (gdr-local): bits 4194304 / 8388608 select forms of the wgmma local pass (read in
-  // chunk_local_wgmma_sm90.cu), on 2060497 or 4157649 only
-  if ((v & 12582912) != 0) return (v & ~12582912) == 2060497 || (v & ~12582912) == 4157649;
+  // chunk_local_wgmma_sm90.cu), on 2060497, 4157649 or 71266513 (gdr-state) only
+  if ((v & 12582912) != 0) {
+    const int b = v & ~12582912;
+    return b == 2060497 || b == 4157649 || b == 71266513;
+  }
   if (v == 159953 || v == 225489) return true;  // 28881 / 94417 with the local pass on wgmma (bit 131072; session 9)
   // 225489 + 262144: the wgmma local pass's session-10 form; + 524288 (no epilogue barrier) / + 1048576 (bulk copy-out)
   if (v == 487633 || v == 1011921 || v == 1536209 || v == 2060497) return true;  // session 10
   if (v == 4157649) return true;  // 2060497 + 2097152 (the stmatrix output store; session 10, opt-in)
+  if (v == 20934865) return true;  // 4157649 + 16777216 (the output store's global half deferred; session 11, opt-in)
+  if (v == 54489297) return true;  // 20934865 + 33554432 (and the X product as two commit groups; session 11, opt-in)
+  // 4157649 + 67108864 (the pair route with the deferred store) and + 33554432 (the single / CP with two X groups)
+  if (v == 71266513 || v == 104820945) return true;  // session 11, opt-in
   switch (v) {
     case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
     case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
@@ -1931,6 +2030,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
   if ((p->variant & 12582912) != 0) {  // session 11: the local pass's bits 4194304 / 8388608 (checked above)
     if ((p->variant & ~12582912) == 2060497) return launch_cp<94417>(a, s);
+    if ((p->variant & ~12582912) == 71266513) return launch_cp<94417 | 2097152 | 67108864>(a, s);
     return launch_cp<94417 | 2097152>(a, s);  // on 4157649
   }
   if (p->variant == 159953) return launch_cp<28881>(a, s);
@@ -1944,6 +2044,17 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // 4157649 = 2060497 + 2097152 (session 10, opt-in, gdr-state): the same routes with the state kernels' output tile
   // stored through stmatrix .trans (split_wg_kernel kStsmO)
   if (p->variant == 4157649) return launch_cp<94417 | 2097152>(a, s);
+  // 20934865 = 4157649 + 16777216 (session 11, opt-in, gdr-state): the same routes with the staged output tile's
+  // global stores deferred to the next chunk's X group (split_wg_kernel kDeferO)
+  if (p->variant == 20934865) return launch_cp<94417 | 2097152 | 16777216>(a, s);
+  // 54489297 = 20934865 + 33554432 (session 11, opt-in, gdr-state): and the S update as two commit groups, the next
+  // chunk's X product split in two behind them (split_wg_kernel kS2G)
+  if (p->variant == 54489297) return launch_cp<94417 | 2097152 | 16777216 | 33554432>(a, s);
+  // 71266513 = 4157649 + 67108864 (session 11, opt-in, gdr-state): the deferred output store on the pair route only
+  // (its tail ends in the store, the single CTA's in the S group); 104820945 = 71266513 + 33554432: and the single /
+  // context-parallel state kernels with the two X groups (not the pair: bit 67108864 drops it there)
+  if (p->variant == 71266513) return launch_cp<94417 | 2097152 | 67108864>(a, s);
+  if (p->variant == 104820945) return launch_cp<94417 | 2097152 | 67108864 | 33554432>(a, s);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417
