@@ -396,11 +396,17 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// every value head on warps 2-3, Tb stored by 32-row items, the inverse's phases at <= 2
 /// products per warp), 1011921 / 1536209 = 487633 + 524288 (the epilogue -> diagonal-inverse
 /// hand-off by a warp barrier) / + 1048576 (the stage image copied out by TMA bulk copies),
-/// 2060497 = both (session 10), 4157649 = 2060497 + 2097152 (the default since session 10's end
+/// 2060497 = both (session 10), 4157649 = 2060497 + 2097152 (the default from session 10's end
 /// check: the state kernels' output tile stored through `stmatrix .trans`, same values); session 11
-/// (opt-in, on 2060497 or 4157649): + 4194304 (the local pass's key / query norms from
+/// (opt-in, on 2060497, 4157649 or 71266513): + 4194304 (the local pass's key / query norms from
 /// diag(K K^T) / diag(Q Q^T) on the tensor cores), + 8388608 (its 16 x 16 diagonal inverses by one
-/// column per lane with float4 row loads), both = + 12582912; any other
+/// column per lane with float4 row loads), both = + 12582912; state kernel (opt-in, session 11):
+/// 20934865 = 4157649 + 16777216 (the staged output tile's global stores deferred to the next
+/// chunk, under its X / S Q^T product), 54489297 = 20934865 + 33554432 (and that product as two
+/// groups, the second half of S split into bf16 hi / lo under the first), 71266513 = 4157649 +
+/// 67108864 (the deferred store on the pair route only), 104820945 = 71266513 + 33554432 (and
+/// the two X groups on the single / context-parallel routes only), same values; 71266513 the
+/// default since session 11; any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
 /// `Err(the text)`: the calls that select the split pipeline fail with that error (a measurement
@@ -456,7 +462,16 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 /// the default before 2026-12-01's session 5.
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
-/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise: 4157649
+/// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise:
+/// 71266513 (session 11, gdr-state) = 4157649 with the pair state CTA's output store off its
+/// chain (bit 67108864: on the pair route only, the staged O tile's 16-byte global row stores run
+/// in the next chunk under its X / S Q^T wgmma group, the last chunk's after the loop; the single
+/// CTA and the context-parallel passes are 4157649's kernels, where the same deferral measured
+/// +3.2% at 27B TP1: their chunk tail ends in the S group, not the store). H200 2026-12-02, same
+/// call (three interleaved passes): 0.3994 / 0.3057 / 1.6045 / 2.3275 ms vs 4157649 0.3997 /
+/// 0.3051 / 1.6371 / 2.3265 at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (-2.0% at the pair
+/// shape, the others the same kernels); GPU tests 20/20 under it, memcheck 0 and racecheck 0 on
+/// the pair kernel (`docs/benchmarks/2026-12-02-gdr-state-s11.md`). 4157649
 /// (session 10's end check) = 2060497 with the state kernels' output tile written to the staging
 /// buffer by four `stmatrix .trans` instead of 32 two-byte shared stores (bit 2097152 of
 /// `split_wg_kernel`, every route: single, pair, context parallel; same values). H200 2026-12-02,
@@ -499,7 +514,7 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 4_157_649;
+const SPLIT_VARIANT: i32 = 71_266_513;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
