@@ -69,6 +69,9 @@ pub struct StepLogits {
 
 impl StepLogits {
     /// Row `r` of the logits.
+    ///
+    /// # Panics
+    /// If `r` is not a row of `data` (as slice indexing; the rows are `self.rows`' ranges).
     #[must_use]
     pub fn row(&self, r: usize) -> &[f32] {
         &self.data[r * self.vocab..(r + 1) * self.vocab]
@@ -292,6 +295,22 @@ impl Engine {
                     st.len + it.tokens.len()
                 )));
             }
+        }
+        // All or nothing over the whole step (session 11: a later item's shortage used to leave
+        // the earlier items holding the pages reserved for them).
+        let cfg = self.pool.config();
+        let need = items.iter().fold(0usize, |acc, it| {
+            let st = &self.seqs[&it.seq];
+            acc.saturating_add(
+                cfg.pages_for(st.len + it.tokens.len()).saturating_sub(st.pages.len()),
+            )
+        });
+        if need > self.pool.free_pages() {
+            return Err(EngineError::Capacity(format!(
+                "KV cache exhausted: the step needs {need} more pages, {} free of {}",
+                self.pool.free_pages(),
+                cfg.num_pages
+            )));
         }
         for it in items {
             let st = self

@@ -157,6 +157,27 @@ fn bad_requests_are_errors_not_panics() {
     assert_eq!(e.num_sequences(), 0);
 }
 
+/// Session 11: a step whose sequences together need more KV pages than are free fails as a
+/// whole, before any page is taken (an earlier item used to keep the pages reserved for it).
+#[test]
+fn step_page_shortage_takes_no_pages() {
+    let cache = CacheConfig { max_seqs: 2, num_pages: 3, page_size: 4, max_context: 12 };
+    let mut e = cpu::load(&fixture("tiny-causal"), cache, false).unwrap();
+    let (a, b) = (e.add_sequence().unwrap(), e.add_sequence().unwrap());
+    let eight = [5u32; 8];
+    let err = e
+        .step(&[
+            StepItem { seq: a, tokens: &eight, want: Want::Nothing },
+            StepItem { seq: b, tokens: &eight, want: Want::Nothing },
+        ])
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Capacity(_)), "{err}");
+    assert_eq!((e.seq_len(a), e.seq_len(b)), (Some(0), Some(0)));
+    // Every page is still free: b alone can take all three.
+    e.step(&[StepItem { seq: b, tokens: &[5u32; 12], want: Want::Last }]).unwrap();
+    assert_eq!(e.seq_len(b), Some(12));
+}
+
 #[test]
 fn stop_tokens_and_seeded_sampling() {
     let mut e = cpu::load(&fixture("tiny-causal"), cache(), false).unwrap();
