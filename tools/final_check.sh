@@ -91,6 +91,11 @@ if [[ $parts == *" sanitize "* ]]; then
   san racecheck gdr_decode -- decode_pdl_pair_behind_conv1d_update
   san memcheck attn -- prefill_q_by_tma_variants_take_groups_above_16
   SAN_ENV="DELTAKIT_TEST_PREFILL_VARIANTS=51,52" san memcheck attn -- prefill_kernels_small_cases_for_sanitizer
+  # Session 11: the default 71266513 (the pair CTA's deferred output store) and 83849425 (+ the local-pass bits
+  # 4194304 / 8388608) on the test that routes through the pair CTA and context parallelism.
+  san memcheck gdr_chunk_prefill -- default_routes_pair_and_context_parallel
+  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=83849425" san memcheck gdr_chunk_prefill -- default_routes_pair_and_context_parallel
+  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=83849425" san racecheck gdr_chunk_prefill -- default_routes_pair_and_context_parallel
   S+=("sanitizers: $(since "$t")")
 fi
 
