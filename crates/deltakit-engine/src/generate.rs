@@ -212,8 +212,10 @@ impl Engine {
     /// on every backend, [`crate::sampling`]).
     ///
     /// # Errors
-    /// As [`Engine::step`], and [`EngineError::Request`] if an item is not a decode row or the
-    /// sampling list's length differs.
+    /// As [`Engine::step`], and [`EngineError::Request`] if an item is not a decode row, the
+    /// sampling list's length differs or a row's `topk` exceeds the vocabulary (all checked
+    /// before the step runs). A NaN logit fails after the step (the states have advanced: end
+    /// those sequences).
     pub fn decode_sample(
         &mut self,
         items: &[StepItem<'_>],
@@ -225,6 +227,24 @@ impl Engine {
                 sampling.len(),
                 items.len()
             )));
+        }
+        // Before the forward step (session 11: a top-K past the vocabulary failed in the sampler
+        // after the step had advanced the sequences' GDN state and written their KV rows).
+        let vocab = self.config().vocab_size;
+        if let Some((i, r)) = sampling.iter().enumerate().find(|(_, r)| r.topk > vocab) {
+            return Err(EngineError::Request(format!(
+                "sampling row {i}: topk {} exceeds the vocabulary ({vocab})",
+                r.topk
+            )));
+        }
+        // Also before `prepare`, which reserves KV pages (unknown sequences: its error).
+        let not_decode = |it: &StepItem<'_>| {
+            it.tokens.len() != 1 || self.seqs.get(&it.seq).is_some_and(|st| st.len == 0)
+        };
+        if items.iter().any(not_decode) {
+            return Err(EngineError::Request(
+                "decode_sample needs one new token per sequence on a non-empty history".into(),
+            ));
         }
         let (ids, batch, _, _) = self.prepare(items)?;
         if batch.kind != StepKind::Decode {

@@ -298,3 +298,29 @@ fn bf16_backend_reproduces_hf_bf16_greedy_on_tiny_tied() {
         assert_eq!(out[0].tokens, want);
     }
 }
+
+/// Session 11: `decode_sample` with a top-K larger than the vocabulary is refused before the
+/// forward step runs (it used to run the step, advancing the sequence's GDN state and writing its
+/// KV row, and only then fail in the sampler: the next step saw a corrupted state).
+#[test]
+fn decode_sample_checks_top_k_before_running() {
+    use deltakit_engine::generate::RowSampling;
+    let run = |bad_first: bool| {
+        let mut e = cpu::load(&fixture("tiny-causal"), cache(), false).unwrap();
+        let vocab = e.config().vocab_size;
+        let s = e.add_sequence().unwrap();
+        e.step(&[StepItem { seq: s, tokens: &[5, 6, 7], want: Want::Nothing }]).unwrap();
+        let row = RowSampling::of(&SamplingParams::default(), 0);
+        if bad_first {
+            let bad = RowSampling { topk: vocab + 1, ..row.clone() };
+            let err =
+                e.decode_sample(&[StepItem { seq: s, tokens: &[8], want: Want::Last }], &[bad]);
+            let err = err.unwrap_err();
+            assert!(matches!(&err, EngineError::Request(m) if m.contains("top")), "{err}");
+            assert_eq!(e.seq_len(s), Some(3));
+        }
+        let ok = RowSampling { topk: 3, ..row };
+        e.decode_sample(&[StepItem { seq: s, tokens: &[8], want: Want::Last }], &[ok]).unwrap()
+    };
+    assert_eq!(run(true), run(false));
+}
