@@ -443,6 +443,15 @@ fn split_variant_error(got: impl std::fmt::Display) -> Error {
     )
 }
 
+/// Why the split pipeline does not run for head dims `(k, v)` (its check refused the device,
+/// the build or the dims).
+fn split_not_run(k: usize, v: usize) -> String {
+    format!(
+        "the split pipeline needs K = 128, V a multiple of 64 and >= 128, a compute-capability 9.0 \
+         device and an sm_90a build (K = {k}, V = {v} here: the Triton pipeline runs)"
+    )
+}
+
 /// Once per process: `DELTAKIT_GDR_SPLIT_VARIANT` is set but the split pipeline does not run.
 fn note_split_variant_ignored(why: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -1017,26 +1026,25 @@ pub fn chunk_prefill(
         match unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const prm) } {
             ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
                 if over.is_some() {
-                    note_split_variant_ignored(&format!(
-                        "the split pipeline needs K = 128, V a multiple of 64 and >= 128, a \
-                         compute-capability 9.0 device and an sm_90a build (K = {kd}, V = {vd} \
-                         here: the Triton pipeline runs)"
-                    ));
+                    note_split_variant_ignored(&split_not_run(kd, vd));
                 }
                 pipe = TRITON_PIPELINE;
             }
-            ffi::dk_status::DK_ERR_INVALID_ARGUMENT
-                if over.is_some_and(|v| {
-                    // The check refuses an unknown variant before any other argument: the
-                    // default passing it means the override is at fault.
-                    let dflt = fused_prm(SPLIT_VARIANT);
-                    // SAFETY: as above.
-                    v != SPLIT_VARIANT
-                        && unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const dflt) }
-                            != ffi::dk_status::DK_ERR_INVALID_ARGUMENT
-                }) =>
-            {
-                return Err(split_variant_error(over.unwrap_or(SPLIT_VARIANT)));
+            ffi::dk_status::DK_ERR_INVALID_ARGUMENT if over.is_some_and(|v| v != SPLIT_VARIANT) => {
+                // The check refuses an unknown variant before the other arguments and the
+                // device: the default's check tells which one is at fault.
+                let dflt = fused_prm(SPLIT_VARIANT);
+                // SAFETY: as above.
+                match unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const dflt) } {
+                    // Another argument: the same failure as without the override.
+                    st @ ffi::dk_status::DK_ERR_INVALID_ARGUMENT => check(OP, st)?,
+                    // The split pipeline would not run here anyway: ignored, as above.
+                    ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
+                        note_split_variant_ignored(&split_not_run(kd, vd));
+                        pipe = TRITON_PIPELINE;
+                    }
+                    _ => return Err(split_variant_error(over.unwrap_or(SPLIT_VARIANT))),
+                }
             }
             st => {
                 check(OP, st)?;
