@@ -405,11 +405,11 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// chunk, under its X / S Q^T product), 54489297 = 20934865 + 33554432 (and that product as two
 /// groups, the second half of S split into bf16 hi / lo under the first), 71266513 = 4157649 +
 /// 67108864 (the deferred store on the pair route only), 104820945 = 71266513 + 33554432 (and
-/// the two X groups on the single / context-parallel routes only), same values; 71266513 the
-/// default since session 11; any other
+/// the two X groups on the single / context-parallel routes only), same values; 83849425 =
+/// 71266513 + 12582912 the default since session 11's end check; any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
-/// `Err(the text)`: the calls that select the split pipeline fail with that error (a measurement
+/// `Err(the text)`: the calls where the split pipeline runs fail with that error (a measurement
 /// must never run another variant than the one it names). Where the split pipeline does not run
 /// (other head dims or device, or `DELTAKIT_GDR_PREFILL` selecting another pipeline) the value is
 /// ignored, with a note on stderr once per process.
@@ -472,7 +472,17 @@ const DEFAULT_PIPELINE: PrefillPipeline = PrefillPipeline::Split;
 const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 
 /// The split pipeline's kernel variant unless `DELTAKIT_GDR_SPLIT_VARIANT` says otherwise:
-/// 71266513 (session 11, gdr-state) = 4157649 with the pair state CTA's output store off its
+/// 83849425 (session 11's end check) = 71266513 with the local pass's two session-11 forms (bits
+/// 4194304 | 8388608 of `csrc/gdr/chunk_local_wgmma_sm90.cu`: key norms from diag(K K^T) of the
+/// wgmma accumulators and query norms by ldmatrix + mma.sync; the 16 x 16 diagonal inverses by
+/// one column per lane; local pass 47.6 -> 44.1 M instructions at 27B TP1). H200 2026-12-02, end
+/// check (two interleaved passes, means): 0.3969 / 0.3037 / 1.5475 / 2.2707 ms vs 71266513 0.3997 /
+/// 0.3052 / 1.5642 / 2.2855 at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192 / 1 x 65536 (-0.7 / -0.5 / -1.1
+/// / -0.6%, faster in both passes everywhere); GPU tests 20/20 under it, memcheck 0 and racecheck
+/// 0 on the pair / context-parallel routing test (`docs/benchmarks/2026-12-02-end-check-s11.md`;
+/// the local-pass bits alone: memcheck / racecheck 0 on five tests,
+/// `docs/benchmarks/2026-12-02-gdr-local-s11.md`). 71266513 (session 11, gdr-state) = 4157649
+/// with the pair state CTA's output store off its
 /// chain (bit 67108864: on the pair route only, the staged O tile's 16-byte global row stores run
 /// in the next chunk under its X / S Q^T wgmma group, the last chunk's after the loop; the single
 /// CTA and the context-parallel passes are 4157649's kernels, where the same deferral measured
@@ -523,7 +533,7 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 71_266_513;
+const SPLIT_VARIANT: i32 = 83_849_425;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
@@ -1020,12 +1030,17 @@ pub fn chunk_prefill(
         note_split_variant_ignored("DELTAKIT_GDR_PREFILL selects another pipeline");
     }
     if pipe == PrefillPipeline::Split {
-        let over = over.as_ref().map_err(|t| split_variant_error(format!("{t:?}")))?;
+        // Text that is not an integer is an error only where the split pipeline runs: the
+        // default's check decides, as for an unknown number below.
+        let (over, garbage) = match over {
+            Ok(v) => (*v, None),
+            Err(t) => (None, Some(t)),
+        };
         let prm = fused_prm(over.unwrap_or(SPLIT_VARIANT));
         // SAFETY: a host-side check of the parameters and the device (no launch).
         match unsafe { dk_gdr_chunk_prefill_split_sm90_check(&raw const prm) } {
             ffi::dk_status::DK_ERR_UNSUPPORTED | ffi::dk_status::DK_ERR_NO_KERNEL_IMAGE => {
-                if over.is_some() {
+                if over.is_some() || garbage.is_some() {
                     note_split_variant_ignored(&split_not_run(kd, vd));
                 }
                 pipe = TRITON_PIPELINE;
@@ -1048,6 +1063,9 @@ pub fn chunk_prefill(
             }
             st => {
                 check(OP, st)?;
+                if let Some(t) = garbage {
+                    return Err(split_variant_error(format!("{t:?}")));
+                }
                 // The stage images live in the per-chunk-state region h (lay.nt x H_v x K x V
                 // bf16 >= 26,880 bytes per chunk and head for K = 128, V >= 128: checked above).
                 // The context-parallel variant (bit 4096) keeps its segment records and state
