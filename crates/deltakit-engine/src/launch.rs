@@ -88,7 +88,7 @@ pub mod cpu {
     /// Load `dir` (config.json + safetensors) onto the f32 CPU backend.
     ///
     /// # Errors
-    /// Config, weights and allocation errors.
+    /// As [`load_as`].
     pub fn load(dir: &Path, cache: CacheConfig, progress: bool) -> Result<Engine> {
         load_as::<f32>(dir, cache, progress)
     }
@@ -96,8 +96,10 @@ pub mod cpu {
     /// Load `dir` onto the CPU backend with activation dtype `T` (`f32` or `bf16`).
     ///
     /// # Errors
-    /// Config, weights and allocation errors.
+    /// [`EngineError::Capacity`] for bad cache sizes ([`CacheConfig::validate`], before any
+    /// weight is read); config, weights and allocation errors.
     pub fn load_as<T: Elem>(dir: &Path, cache: CacheConfig, progress: bool) -> Result<Engine> {
+        cache.validate()?;
         let cfg = ModelConfig::from_path(dir)?;
         let mut src = SafetensorsWeights::open(dir)?;
         let model = Qwen35::load(&Cpu::<T>::new(), &cfg, &mut src, progress)?;
@@ -107,8 +109,10 @@ pub mod cpu {
     /// Seeded dummy weights for `cfg` on the f32 CPU backend.
     ///
     /// # Errors
-    /// Allocation errors.
+    /// [`EngineError::Capacity`] for bad cache sizes ([`CacheConfig::validate`], before any
+    /// weight is made); allocation errors.
     pub fn dummy(cfg: &ModelConfig, seed: u64, cache: CacheConfig) -> Result<Engine> {
+        cache.validate()?;
         let model = Qwen35::load(&CpuBackend::new(), cfg, &mut DummyWeights::new(seed), false)?;
         Engine::new(CpuBackend::new(), model, cache)
     }
@@ -118,14 +122,18 @@ pub mod cpu {
     /// are checked before any thread starts.
     ///
     /// # Errors
-    /// [`EngineError::Config`] naming an indivisible count; load and allocation errors of any
-    /// rank.
+    /// [`EngineError::Config`] naming an indivisible count; [`EngineError::Capacity`] for bad
+    /// cache sizes ([`CacheConfig::validate`]; both before any thread starts); load and
+    /// allocation errors of any rank.
     pub fn tensor_parallel<T: Elem + Send + 'static>(
         src: Source,
         tp: usize,
         cache: CacheConfig,
         opts: &TpOptions,
     ) -> Result<Engine> {
+        // Session 11: bad sizes failed only after every rank had loaded its weights, with the
+        // backend's allocation message instead of TP 1's Capacity error.
+        cache.validate()?;
         let cfg = src.config()?;
         ShardPlan::check(&cfg, tp)?;
         let comms: Arc<Mutex<Vec<Option<CpuComm>>>> =
@@ -161,14 +169,16 @@ pub mod cpu {
     /// rank it names.
     ///
     /// # Errors
-    /// [`EngineError::Config`] naming an indivisible count; load and allocation errors; any
-    /// rank's start-up or step error; a lost connection.
+    /// [`EngineError::Config`] naming an indivisible count; [`EngineError::Capacity`] for bad
+    /// cache sizes ([`CacheConfig::validate`], before any weight is read); load and allocation
+    /// errors; any rank's start-up or step error; a lost connection.
     pub fn one_process_per_rank<T: Elem + Send + 'static>(
         src: &Source,
         mut group: crate::dist::rendezvous::Group,
         cache: CacheConfig,
         opts: &TpOptions,
     ) -> Result<Option<Engine>> {
+        cache.validate()?;
         let cfg = src.config()?;
         let (rank, tp) = (group.rank, group.world);
         ShardPlan::check(&cfg, tp)?;
@@ -221,7 +231,8 @@ pub mod cuda {
     /// sized for 2048-token chunks (the scheduler's default).
     ///
     /// # Errors
-    /// [`EngineError::Device`] for an unusable device; [`EngineError::Capacity`] as above.
+    /// [`EngineError::Device`] for an unusable device; [`EngineError::Capacity`] as above and
+    /// for bad cache sizes ([`CacheConfig::validate`]).
     pub fn plan_cache(
         cfg: &crate::config::ModelConfig,
         cache: CacheConfig,
@@ -229,6 +240,7 @@ pub mod cuda {
         graphs: &GraphOptions,
     ) -> Result<CacheConfig> {
         use crate::capacity::{plan, rank_bytes, static_input_row_bytes};
+        cache.validate()?;
         let tp = devices.len();
         let bytes = rank_bytes(cfg, &cache, 2048, tp)?;
         let pages_per_seq = cache.max_context.div_ceil(cache.page_size) as u64;
@@ -272,7 +284,8 @@ pub mod cuda {
     /// plan (at most `cache.max_seqs` sequences).
     ///
     /// # Errors
-    /// Unsupported shapes (before any weight is read), device, load and allocation errors.
+    /// Unsupported shapes and [`EngineError::Capacity`] for bad cache sizes (both before any
+    /// weight is read, [`plan_cache`]), device, load and allocation errors.
     pub fn single(
         src: &Source,
         ordinal: usize,
@@ -296,7 +309,8 @@ pub mod cuda {
     ///
     /// # Errors
     /// [`EngineError::Config`] for an indivisible count or an empty device list; unsupported
-    /// shapes; NCCL, device, load and allocation errors of any rank.
+    /// shapes; [`EngineError::Capacity`] for bad cache sizes ([`plan_cache`], before any rank
+    /// starts); NCCL, device, load and allocation errors of any rank.
     pub fn tensor_parallel(
         src: Source,
         devices: &[usize],
@@ -340,8 +354,10 @@ pub mod cuda {
     /// Rank 0 returns the engine; every other rank serves rank 0's steps and returns `None`.
     ///
     /// # Errors
-    /// [`EngineError::Config`] for an indivisible count or a missing NCCL id; unsupported
-    /// shapes; NCCL, device, load and allocation errors of any rank; a lost connection.
+    /// [`EngineError::Config`] for an indivisible count or a missing NCCL id;
+    /// [`EngineError::Capacity`] for bad cache sizes ([`CacheConfig::validate`], before any
+    /// weight is read); unsupported shapes; NCCL, device, load and allocation errors of any
+    /// rank; a lost connection.
     pub fn one_process_per_rank(
         src: &Source,
         device: usize,
@@ -349,6 +365,7 @@ pub mod cuda {
         cache: CacheConfig,
         opts: &TpOptions,
     ) -> Result<Option<Engine>> {
+        cache.validate()?;
         let cfg = src.config()?;
         let (rank, tp) = (group.rank, group.world);
         ShardPlan::check(&cfg, tp)?;

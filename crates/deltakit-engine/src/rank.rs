@@ -174,8 +174,10 @@ impl<B: Backend> Rank<B> {
     /// at the rank's local head counts).
     ///
     /// # Errors
-    /// Backend allocation errors.
+    /// [`EngineError::Capacity`] for bad cache sizes ([`CacheConfig::validate`]);
+    /// backend allocation errors.
     pub fn new(be: B, model: Qwen35<B>, cache: CacheConfig) -> Result<Self> {
+        cache.validate()?;
         let caches = model.new_caches(&be, cache.max_seqs, cache.num_pages, cache.page_size)?;
         let local = model.plan().local_config(model.config());
         let elem = be.elem_bytes();

@@ -65,6 +65,33 @@ impl CacheConfig {
         kv.saturating_add(mul(&[cfg.num_linear_layers(), self.max_seqs]).saturating_mul(per_slot))
     }
 
+    /// Check the sizes: every one `> 0` and `<= i32::MAX` (the kernels' slot indices, page ids,
+    /// page size, context lengths and `cu_seqlens` are i32). [`StatePool::new`] calls it; the multi-rank builders of [`crate::launch`] call it
+    /// before any rank loads weights.
+    ///
+    /// # Errors
+    /// [`EngineError::Capacity`] naming the first bad size, with its value and the bound.
+    pub fn validate(&self) -> Result<()> {
+        let sizes = [
+            ("max_seqs", self.max_seqs, "slot indices are i32 in the kernels"),
+            ("num_pages", self.num_pages, "page ids are i32 in the kernels"),
+            ("page_size", self.page_size, "the page size is i32 in the kernels"),
+            ("max_context", self.max_context, "context lengths are i32 in the kernels"),
+        ];
+        for (name, v, why) in sizes {
+            if v == 0 {
+                return Err(EngineError::Capacity(format!("cache size {name} must be > 0, got 0")));
+            }
+            if i32::try_from(v).is_err() {
+                return Err(EngineError::Capacity(format!(
+                    "cache size {name} must be <= {} ({why}), got {v}",
+                    i32::MAX
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Pages needed for `tokens` tokens (`usize::MAX`, never available, for a `page_size` of 0,
     /// instead of a division by zero).
     #[must_use]
@@ -87,42 +114,58 @@ pub struct SeqState {
     pub len: usize,
 }
 
-/// Free lists of slots and pages.
+/// Free lists of slots and pages. Built lazily (O(1) at construction, whatever the sizes): an
+/// index is handed out from the returned ones first (last returned first), then the untouched
+/// ones in ascending order.
 #[derive(Clone, Debug)]
 pub struct StatePool {
     cfg: CacheConfig,
-    free_slots: Vec<usize>,
-    free_pages: Vec<i32>,
+    free_slots: FreeList<usize>,
+    free_pages: FreeList<i32>,
+}
+
+/// A stack of returned indices on top of the never-used range `fresh` (low indices first).
+#[derive(Clone, Debug)]
+struct FreeList<T> {
+    returned: Vec<T>,
+    fresh: std::ops::Range<T>,
+}
+
+impl<T: Copy> FreeList<T>
+where
+    std::ops::Range<T>: ExactSizeIterator<Item = T>,
+{
+    fn new(n: T, zero: T) -> Self {
+        Self { returned: Vec::new(), fresh: zero..n }
+    }
+
+    fn len(&self) -> usize {
+        self.returned.len() + self.fresh.len()
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        self.returned.pop().or_else(|| self.fresh.next())
+    }
 }
 
 impl StatePool {
-    /// A pool with every slot and page free.
+    /// A pool with every slot and page free (no per-index memory is allocated up front).
     ///
     /// # Errors
-    /// [`EngineError::Capacity`] if a size (`max_seqs`, `num_pages`, `page_size`,
-    /// `max_context`) is zero or the page count or `max_context` does not fit an `i32` (the
-    /// kernels' page ids, context lengths and `cu_seqlens` are i32).
+    /// [`EngineError::Capacity`] as [`CacheConfig::validate`]: a size (`max_seqs`, `num_pages`,
+    /// `page_size`, `max_context`) is zero or does not fit an `i32` (the kernels' slot indices,
+    /// page ids, page size, context lengths and `cu_seqlens` are i32).
     pub fn new(cfg: CacheConfig) -> Result<Self> {
-        // num_pages = 0 (session 11): refused here, not at the first reserve ("KV cache exhausted")
-        // or the first attention call.
-        if cfg.max_seqs == 0 || cfg.num_pages == 0 || cfg.page_size == 0 || cfg.max_context == 0 {
-            return Err(EngineError::Capacity(format!(
-                "cache sizes (max_seqs, num_pages, page_size, max_context) must be > 0: {cfg:?}"
-            )));
-        }
+        // num_pages = 0 (session 11): refused here, not at the first reserve ("KV cache
+        // exhausted") or the first attention call; max_seqs past i32 (session 11): the free list
+        // panicked with "capacity overflow" at usize::MAX and slots reach the kernels as i32.
+        cfg.validate()?;
         let np = i32::try_from(cfg.num_pages)
             .map_err(|_| EngineError::Capacity(format!("{} pages overflow i32", cfg.num_pages)))?;
-        if i32::try_from(cfg.max_context).is_err() {
-            return Err(EngineError::Capacity(format!(
-                "max_context {} overflows i32 (context lengths are i32 in the kernels)",
-                cfg.max_context
-            )));
-        }
-        // Pop from the back: hand out low indices first.
         Ok(Self {
             cfg,
-            free_slots: (0..cfg.max_seqs).rev().collect(),
-            free_pages: (0..np).rev().collect(),
+            free_slots: FreeList::new(cfg.max_seqs, 0),
+            free_pages: FreeList::new(np, 0),
         })
     }
 
@@ -178,15 +221,14 @@ impl StatePool {
                 self.cfg.num_pages
             )));
         }
-        let at = self.free_pages.len() - need;
-        seq.pages.extend(self.free_pages.drain(at..).rev());
+        seq.pages.extend((0..need).filter_map(|_| self.free_pages.pop()));
         Ok(())
     }
 
     /// End a sequence: return its slot and pages.
     pub fn free(&mut self, seq: SeqState) {
-        self.free_pages.extend(seq.pages.into_iter().rev());
-        self.free_slots.push(seq.slot);
+        self.free_pages.returned.extend(seq.pages.into_iter().rev());
+        self.free_slots.returned.push(seq.slot);
     }
 }
 
@@ -221,6 +263,59 @@ mod tests {
         let big = CacheConfig { num_pages: 1, max_context: 1 << 31, ..c };
         let e = StatePool::new(big).unwrap_err();
         assert!(matches!(&e, EngineError::Capacity(m) if m.contains("max_context")), "{e}");
+    }
+
+    /// Session 11 (robust2): max_seqs past i32 (slots reach the kernels as i32) is a Capacity
+    /// error naming it (usize::MAX panicked with "capacity overflow"); i32::MAX itself builds
+    /// at once (the free lists are lazy).
+    #[test]
+    fn huge_max_seqs_is_an_error_naming_it() {
+        let c = CacheConfig { max_seqs: usize::MAX, num_pages: 1, page_size: 16, max_context: 16 };
+        for max_seqs in [usize::MAX, 1 << 31] {
+            let e = StatePool::new(CacheConfig { max_seqs, ..c }).unwrap_err();
+            assert!(
+                matches!(&e, EngineError::Capacity(m) if m.contains("max_seqs")
+                    && m.contains(&max_seqs.to_string()) && m.contains("2147483647")),
+                "{e}"
+            );
+            assert_eq!(
+                CacheConfig { max_seqs, ..c }.validate().unwrap_err().to_string(),
+                e.to_string()
+            );
+        }
+        for (name, c) in [
+            ("num_pages", CacheConfig { max_seqs: 1, num_pages: 1 << 31, ..c }),
+            ("page_size", CacheConfig { max_seqs: 1, page_size: usize::MAX, ..c }),
+            ("num_pages", CacheConfig { max_seqs: 1, num_pages: 0, ..c }),
+            ("page_size", CacheConfig { max_seqs: 1, page_size: 0, ..c }),
+            ("max_context", CacheConfig { max_seqs: 1, max_context: 0, ..c }),
+            ("max_seqs", CacheConfig { max_seqs: 0, ..c }),
+        ] {
+            let e = StatePool::new(c).unwrap_err();
+            assert!(matches!(&e, EngineError::Capacity(m) if m.contains(name)), "{name}: {e}");
+        }
+        let max = i32::MAX as usize;
+        let mut p = StatePool::new(CacheConfig { max_seqs: max, num_pages: max, ..c }).unwrap();
+        assert_eq!((p.free_slots(), p.free_pages()), (max, max));
+        let mut a = p.start().unwrap();
+        p.reserve(&mut a, 16).unwrap();
+        assert_eq!((a.slot, a.pages.as_slice()), (0, &[0][..]));
+        assert_eq!((p.free_slots(), p.free_pages()), (max - 1, max - 1));
+    }
+
+    /// The lazy free lists hand out indices as the eager stacks did: low ones first, the last
+    /// returned first, a sequence's pages in its order.
+    #[test]
+    fn free_list_order() {
+        let mut p = StatePool::new(CacheConfig::for_sequences(3, 16, 4)).unwrap();
+        let (mut a, mut b) = (p.start().unwrap(), p.start().unwrap());
+        p.reserve(&mut a, 8).unwrap();
+        p.reserve(&mut b, 4).unwrap();
+        assert_eq!((a.slot, a.pages.clone(), b.slot, b.pages.clone()), (0, vec![0, 1], 1, vec![2]));
+        p.free(a);
+        let mut c = p.start().unwrap();
+        p.reserve(&mut c, 16).unwrap();
+        assert_eq!((c.slot, c.pages), (0, vec![0, 1, 3, 4]));
     }
 
     #[test]

@@ -318,3 +318,29 @@ fn tp_is_deterministic_and_reuses_slots() {
     let fresh = run(&mut engine("tiny-causal", 2, TpOptions::default()).unwrap(), &reqs);
     assert_eq!(a, fresh);
 }
+
+/// Session 11 (robust2): bad cache sizes under TP fail with TP 1's Capacity error naming the
+/// size, before any rank starts or any weight is read (they used to fail only after every rank
+/// had loaded its weights, with the backend's allocation message): a source without weights
+/// (a missing directory) gives the same error as the bundled model at TP 1.
+#[test]
+fn tp_bad_cache_sizes_fail_before_loading() {
+    let missing = Source::Dir(fixtures_dir().join("no-such-model"));
+    let good = cache();
+    for (name, bad) in [
+        ("num_pages", CacheConfig { num_pages: 0, ..good }),
+        ("max_seqs", CacheConfig { max_seqs: usize::MAX, ..good }),
+        ("page_size", CacheConfig { page_size: 0, ..good }),
+    ] {
+        let tp1 = cpu::load(&fixtures_dir().join("tiny-causal"), bad, false).err().expect("tp1");
+        assert!(matches!(&tp1, EngineError::Capacity(m) if m.contains(name)), "{tp1}");
+        for tp in [2, 4] {
+            let opts = TpOptions::default();
+            let e = cpu::tensor_parallel::<f32>(missing.clone(), tp, bad, &opts)
+                .err()
+                .expect("accepted");
+            assert!(matches!(&e, EngineError::Capacity(_)), "{e}");
+            assert_eq!(e.to_string(), tp1.to_string());
+        }
+    }
+}
