@@ -35,10 +35,12 @@ pub struct GdrDims {
 }
 
 impl GdrDims {
-    /// Elements of one slot of the state pool: `H_v * K * V`.
+    /// Elements of one slot of the state pool: `H_v * K * V` (saturating at `usize::MAX` for
+    /// dims whose product overflows, as the GPU crate's `GdrDims`: no state of that size fits in
+    /// memory, and the ops reject such dims with a typed error naming `state`).
     #[must_use]
     pub fn state_per_slot(&self) -> usize {
-        self.h_v * self.k * self.v
+        self.h_v.saturating_mul(self.k).saturating_mul(self.v)
     }
 }
 
@@ -175,4 +177,20 @@ fn prepare_qk<T: Elem>(
         *x *= scale;
     }
     (q, k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GdrDims;
+
+    /// Session 11 (robust2): `state_per_slot` saturates instead of wrapping (release) or
+    /// panicking (debug), as the GPU crate's version.
+    #[test]
+    fn state_per_slot_saturates() {
+        let d = GdrDims { h_k: 1, h_v: 1 << 40, k: 1 << 20, v: 1 << 20 };
+        assert_eq!(d.state_per_slot(), usize::MAX);
+        let d = GdrDims { h_k: 1, h_v: usize::MAX, k: 2, v: 1 };
+        assert_eq!(d.state_per_slot(), usize::MAX);
+        assert_eq!(GdrDims { h_k: 2, h_v: 4, k: 16, v: 32 }.state_per_slot(), 2048);
+    }
 }
