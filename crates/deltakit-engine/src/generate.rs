@@ -213,8 +213,9 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::step`], and [`EngineError::Request`] if an item is not a decode row, the
-    /// sampling list's length differs or a row's `topk` exceeds the vocabulary (all checked
-    /// before the step runs). A NaN logit fails after the step (the states have advanced: end
+    /// sampling list's length differs, a row's `temperature` / `top_p` is refused by
+    /// [`RowSampling::validate`] or its `topk` exceeds the vocabulary (all checked before the
+    /// step runs). A NaN logit fails after the step (the states have advanced: end
     /// those sequences).
     pub fn decode_sample(
         &mut self,
@@ -230,12 +231,19 @@ impl Engine {
         }
         // Before the forward step (session 11: a top-K past the vocabulary failed in the sampler
         // after the step had advanced the sequences' GDN state and written their KV rows).
+        // Likewise a temperature / top_p that SamplingParams::validate refuses (session 11: a
+        // NaN or infinite temperature or a top_p outside (0, 1] was run as greedy / top_p 1).
         let vocab = self.config().vocab_size;
-        if let Some((i, r)) = sampling.iter().enumerate().find(|(_, r)| r.topk > vocab) {
-            return Err(EngineError::Request(format!(
-                "sampling row {i}: topk {} exceeds the vocabulary ({vocab})",
-                r.topk
-            )));
+        for (i, r) in sampling.iter().enumerate() {
+            if let Err(EngineError::Request(m)) = r.validate() {
+                return Err(EngineError::Request(format!("sampling row {i}: {m}")));
+            }
+            if r.topk > vocab {
+                return Err(EngineError::Request(format!(
+                    "sampling row {i}: topk {} exceeds the vocabulary ({vocab})",
+                    r.topk
+                )));
+            }
         }
         // Also before `prepare`, which reserves KV pages (unknown sequences: its error).
         let not_decode = |it: &StepItem<'_>| {
@@ -423,7 +431,8 @@ pub enum Event {
         pos: usize,
         /// The prompt token at `pos`.
         token: u32,
-        /// Top-k of the next-token distribution after it.
+        /// Top-K of the next-token distribution after it: K = the request's `logprobs`, or 1
+        /// with `logprobs: None` ([`SamplingParams::prompt_logprobs`]).
         topk: TopK,
     },
     /// A generated token.

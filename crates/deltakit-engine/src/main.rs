@@ -177,7 +177,7 @@ struct GenerateArgs {
     #[arg(long)]
     ignore_eos: bool,
     /// Return the top-K log-probabilities of every prompt position and generated token (with
-    /// --json). A prompt record `pos = i` holds the next-token distribution AFTER prompt token i
+    /// --json; K >= 1; --json without it gives K = 1). A prompt record `pos = i` holds the next-token distribution AFTER prompt token i
     /// (what the model predicts for position i + 1), not the log-probability of token i itself;
     /// a generated token's record holds the distribution it was drawn from.
     #[arg(long)]
@@ -743,14 +743,19 @@ fn generate_inputs(a: &GenerateArgs) -> Result<GenInputs> {
     if let Err(EngineError::Request(m)) = sampling.validate() {
         bail!("{m}");
     }
+    // Session 11: 0 is checked first, and its message says what leaving the flag out does
+    // (--json alone prints top-1 lists; without --json there are no lists).
+    if a.logprobs == Some(0) {
+        bail!(
+            "--logprobs 0 must be >= 1 (leave it out: --json alone prints top-1 lists, \
+             without --json none are printed)"
+        );
+    }
     if a.logprobs.is_some() && !a.json {
         bail!("--logprobs K prints JSON lines: add --json");
     }
     if let Some(k) = a.logprobs.filter(|&k| k > vocab) {
         bail!("--logprobs {k} exceeds the vocabulary (size {vocab})");
-    }
-    if a.logprobs == Some(0) {
-        bail!("--logprobs must be >= 1 (leave it out for no top-K lists)");
     }
     let mut stop = if a.ignore_eos { Vec::new() } else { cfg.eos_token_ids.clone() };
     if let Some(s) = &a.stop_token_ids {

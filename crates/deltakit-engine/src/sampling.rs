@@ -26,10 +26,12 @@ pub struct SamplingParams {
     /// Generation stops after producing one of these (the stop token is part of the output).
     pub stop_tokens: Vec<u32>,
     /// Return the top-K log-probabilities of each generated token's distribution: `Some(K)` with
-    /// `K >= 1` (`None` = no top-K lists; every generated token carries its own log-probability
-    /// either way, so `Some(0)` would ask for nothing and is refused).
+    /// `K >= 1` (`None` = no top-K lists on generated tokens; every generated token carries its
+    /// own log-probability either way, so `Some(0)` would ask for nothing and is refused).
     pub logprobs: Option<usize>,
-    /// Also return them for every prompt position (the distribution after that token).
+    /// Also return a top-K list for every prompt position (the distribution after that token):
+    /// K = `logprobs`, or 1 with `logprobs: None` (a prompt position has no log-probability of
+    /// its own, so its list is never empty).
     pub prompt_logprobs: bool,
 }
 
@@ -55,20 +57,24 @@ impl SamplingParams {
                 "logprobs Some(0) must be None (no top-K lists) or Some(K >= 1)".into(),
             ));
         }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(EngineError::Request(format!(
-                "temperature {} must be a finite number >= 0 (0 = greedy)",
-                self.temperature
-            )));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(EngineError::Request(format!(
-                "top_p {} must be in (0, 1] (1 = no nucleus cut)",
-                self.top_p
-            )));
-        }
-        Ok(())
+        check_temperature_top_p(self.temperature, self.top_p)
     }
+}
+
+/// The one check of a sampler's `temperature` (finite, `>= 0`) and `top_p` (in `(0, 1]`, not
+/// NaN), shared by [`SamplingParams::validate`] and [`RowSampling::validate`].
+fn check_temperature_top_p(temperature: f32, top_p: f32) -> Result<()> {
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        return Err(EngineError::Request(format!(
+            "temperature {temperature} must be a finite number >= 0 (0 = greedy)"
+        )));
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(EngineError::Request(format!(
+            "top_p {top_p} must be in (0, 1] (1 = no nucleus cut)"
+        )));
+    }
+    Ok(())
 }
 
 impl Default for SamplingParams {
@@ -88,12 +94,13 @@ impl Default for SamplingParams {
 /// Top-k `(token id, log-probability)` pairs, best first.
 pub type TopK = Vec<(u32, f32)>;
 
-/// One decode row's sampling request (device or host): see the module docs.
+/// One decode row's sampling request (device or host): see the module docs. Its `temperature`
+/// and `top_p` obey the rules of [`SamplingParams`] ([`RowSampling::validate`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowSampling {
-    /// `<= 0`: greedy.
+    /// Finite and `>= 0`; `0`: greedy.
     pub temperature: f32,
-    /// Nucleus mass in `(0, 1]`.
+    /// Nucleus mass in `(0, 1]` (not NaN).
     pub top_p: f32,
     /// The request's seed.
     pub seed: u64,
@@ -114,6 +121,17 @@ impl RowSampling {
             counter,
             topk: params.logprobs.unwrap_or(0),
         }
+    }
+
+    /// Check `temperature` and `top_p` with the rules of [`SamplingParams::validate`] (the
+    /// same check: a NaN temperature would sample greedily, an infinite one uniformly, and a
+    /// `top_p` of 0, NaN or outside `(0, 1]` would act as 1). `topk` is checked against the
+    /// vocabulary by its users ([`sample_row`], [`crate::generate::Engine::decode_sample`]).
+    ///
+    /// # Errors
+    /// [`EngineError::Request`] naming `temperature` or `top_p` with its value.
+    pub fn validate(&self) -> Result<()> {
+        check_temperature_top_p(self.temperature, self.top_p)
     }
 }
 
@@ -158,8 +176,10 @@ pub fn sample_token(row: &[f32], p: &SamplingParams, counter: u64) -> Result<(u3
 /// Sample one row per `s` (the host twin of the device decode sampler).
 ///
 /// # Errors
-/// [`EngineError::Request`] for a NaN logit, an empty row, or `s.topk` larger than the row.
+/// [`EngineError::Request`] for a bad `temperature` / `top_p` ([`RowSampling::validate`]), a
+/// NaN logit, an empty row, or `s.topk` larger than the row.
 pub fn sample_row(row: &[f32], s: &RowSampling) -> Result<Sampled> {
+    s.validate()?;
     if row.is_empty() || row.iter().any(|x| x.is_nan()) {
         return Err(EngineError::Request("logits row is empty or has NaN".into()));
     }
@@ -175,9 +195,13 @@ pub fn sample_row(row: &[f32], s: &RowSampling) -> Result<Sampled> {
 /// rows in parallel.
 ///
 /// # Errors
-/// [`EngineError::Request`] if `logits` is not `rows.len() * vocab` long, or as [`sample_row`].
+/// [`EngineError::Request`] if `vocab` is 0 or `logits` is not `rows.len() * vocab` long, or
+/// as [`sample_row`].
 pub fn sample_rows(logits: &[f32], vocab: usize, rows: &[RowSampling]) -> Result<Vec<Sampled>> {
     use rayon::prelude::*;
+    if vocab == 0 {
+        return Err(EngineError::Request("decode_sample: vocab must be >= 1, got 0".into()));
+    }
     if logits.len() != rows.len() * vocab {
         return Err(EngineError::Request(format!(
             "decode_sample: {} logits for {} rows of {vocab}",
@@ -250,5 +274,41 @@ mod tests {
         let e = SamplingParams { logprobs: Some(0), ..ok.clone() }.validate().unwrap_err();
         assert!(matches!(&e, EngineError::Request(m) if m.contains("logprobs")), "{e}");
         assert!(SamplingParams { max_tokens: 1, logprobs: Some(1), ..ok }.validate().is_ok());
+    }
+
+    /// Session 11 (robust2): decode rows obey SamplingParams' rules (top_p 0 / NaN / -1 / 2
+    /// acted as 1, a NaN temperature was greedy, an infinite one sampled); vocab 0 in
+    /// sample_rows is a typed error (par_chunks(0) panicked).
+    #[test]
+    fn rows_are_validated_like_params() {
+        let row = [0.0f32, 3.0, 1.0];
+        let ok = RowSampling { temperature: 0.7, top_p: 0.9, seed: 1, counter: 0, topk: 1 };
+        assert!(ok.validate().is_ok() && sample_row(&row, &ok).is_ok());
+        let bad_t = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -1.0];
+        let bad_p = [0.0f32, f32::NAN, -1.0, 2.0, f32::INFINITY];
+        let cases = bad_t
+            .iter()
+            .map(|&t| ("temperature", RowSampling { temperature: t, ..ok.clone() }))
+            .chain(bad_p.iter().map(|&p| ("top_p", RowSampling { top_p: p, ..ok.clone() })));
+        for (name, r) in cases {
+            let e = r.validate().unwrap_err();
+            assert!(matches!(&e, EngineError::Request(m) if m.starts_with(name)), "{r:?}: {e}");
+            // The same check as SamplingParams::validate (one message).
+            let p = SamplingParams {
+                temperature: r.temperature,
+                top_p: r.top_p,
+                ..SamplingParams::default()
+            };
+            assert_eq!(p.validate().unwrap_err().to_string(), e.to_string());
+            let e = sample_row(&row, &r).unwrap_err();
+            assert!(matches!(&e, EngineError::Request(m) if m.starts_with(name)), "{r:?}: {e}");
+            let e = sample_rows(&row, 3, std::slice::from_ref(&r)).unwrap_err();
+            assert!(matches!(&e, EngineError::Request(m) if m.starts_with(name)), "{r:?}: {e}");
+        }
+        for rows in [&[][..], std::slice::from_ref(&ok)] {
+            let e = sample_rows(&[], 0, rows).unwrap_err();
+            assert!(matches!(&e, EngineError::Request(m) if m.contains("vocab")), "{e}");
+        }
+        assert!(sample_rows(&[], 3, &[]).unwrap().is_empty());
     }
 }

@@ -324,3 +324,97 @@ fn decode_sample_checks_top_k_before_running() {
     };
     assert_eq!(run(true), run(false));
 }
+
+/// Session 11 (robust2): `decode_sample` refuses rows whose temperature / top_p
+/// `SamplingParams::validate` refuses (top_p 0 / NaN / -1 / 2 acted as 1, a NaN temperature as
+/// greedy, an infinite one sampled), naming the field and the row, before the forward step:
+/// the sequence is not advanced and the next good step gives the same token as without it.
+#[test]
+fn decode_sample_validates_rows_before_running() {
+    use deltakit_engine::generate::RowSampling;
+    let bad_rows = {
+        let row = RowSampling::of(&SamplingParams::default(), 0);
+        let t =
+            [f32::NAN, f32::INFINITY, -1.0].map(|t| RowSampling { temperature: t, ..row.clone() });
+        let p = [0.0, f32::NAN, -1.0, 2.0].map(|p| RowSampling { top_p: p, ..row.clone() });
+        t.into_iter().map(|r| ("temperature", r)).chain(p.into_iter().map(|r| ("top_p", r)))
+    };
+    let run = |bad: Option<(&str, RowSampling)>| {
+        let mut e = cpu::load(&fixture("tiny-causal"), cache(), false).unwrap();
+        let s = e.add_sequence().unwrap();
+        e.step(&[StepItem { seq: s, tokens: &[5, 6, 7], want: Want::Nothing }]).unwrap();
+        let item = [StepItem { seq: s, tokens: &[8], want: Want::Last }];
+        if let Some((name, r)) = bad {
+            let err = e.decode_sample(&item, &[r]).unwrap_err();
+            assert!(
+                matches!(&err, EngineError::Request(m) if m.starts_with(&format!("sampling row 0: {name}"))),
+                "{err}"
+            );
+            assert_eq!(e.seq_len(s), Some(3));
+        }
+        e.decode_sample(&item, &[RowSampling::of(&SamplingParams::default(), 0)]).unwrap()
+    };
+    let want = run(None);
+    for bad in bad_rows {
+        assert_eq!(run(Some(bad)), want);
+    }
+}
+
+/// Session 11 (robust2): `--logprobs 0` is refused naming the flag, with a message that says
+/// what leaving it out does (`--json` alone prints top-1 lists), whether or not `--json` is
+/// given; `--json` alone does print top-1 lists (prompt and token records), and the library
+/// gives prompt events top-1 lists with `logprobs: None` (as documented).
+#[test]
+fn cli_logprobs_zero_and_json_default() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_deltakit"));
+    if !exe.is_file() {
+        eprintln!("SKIP cli test: {} not found", exe.display());
+        return;
+    }
+    let root = fixture("tiny-causal");
+    let cli = |extra: &[&str]| {
+        let mut args = vec!["generate", "--token-ids", "312,349,330", "--max-tokens", "2"];
+        args.extend_from_slice(extra);
+        std::process::Command::new(&exe)
+            .args(&args)
+            .current_dir(root.parent().unwrap())
+            .output()
+            .unwrap()
+    };
+    for extra in [&["--logprobs", "0"][..], &["--logprobs", "0", "--json"][..]] {
+        let out = cli(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}");
+        assert!(
+            stderr.contains("--logprobs 0 must be >= 1") && stderr.contains("top-1"),
+            "{stderr}"
+        );
+    }
+    let out = cli(&["--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lists: Vec<_> = lines.iter().filter(|l| l["kind"] != "finished").collect();
+    assert_eq!(lists.iter().filter(|l| l["kind"] == "prompt").count(), 3);
+    assert!(lists.len() > 3, "{lines:?}");
+    assert!(lists.iter().all(|l| l["top_logprobs"].as_array().unwrap().len() == 1), "{lines:?}");
+    // The library: prompt events carry top-1 lists with logprobs None.
+    let mut e = cpu::load(&fixture("tiny-causal"), cache(), false).unwrap();
+    let params =
+        SamplingParams { max_tokens: 1, prompt_logprobs: true, ..SamplingParams::default() };
+    let mut prompt_k = Vec::new();
+    let mut token_topk = Vec::new();
+    e.generate(
+        &[Request { prompt: vec![312, 349, 330], params }],
+        GenOptions::default(),
+        &mut |ev| match ev {
+            deltakit_engine::generate::Event::Prompt { topk, .. } => prompt_k.push(topk.len()),
+            deltakit_engine::generate::Event::Token { topk, .. } => token_topk.push(topk),
+            deltakit_engine::generate::Event::Finished { .. } => {}
+        },
+    )
+    .unwrap();
+    assert_eq!((prompt_k, token_topk), (vec![1, 1, 1], vec![None]));
+}
