@@ -354,13 +354,9 @@ impl<T: Elem> Backend for Cpu<T> {
     fn new_kv_cache(&self, dims: AttnDims, num_pages: usize) -> Result<CpuKvCache<T>> {
         // Checked (an absurd size is an error, not a wrapped small cache) and non-empty, as the
         // CUDA backend's.
-        let n = [dims.page_size, dims.n_kv_heads, dims.head_dim]
-            .iter()
-            .try_fold(num_pages, |acc, &x| acc.checked_mul(x))
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                err(format!("new_kv_cache: empty or oversized cache ({num_pages} pages, {dims:?})"))
-            })?;
+        let n = dims.kv_cache_elems(num_pages).ok_or_else(|| {
+            err(format!("new_kv_cache: empty or oversized cache ({num_pages} pages, {dims:?})"))
+        })?;
         Ok(CpuKvCache { k: vec![T::default(); n], v: vec![T::default(); n] })
     }
 

@@ -977,13 +977,9 @@ impl Backend for CudaBackend {
 
     fn new_kv_cache(&self, dims: AttnDims, num_pages: usize) -> Result<CudaKvCache> {
         check_attn(dims)?;
-        let n = [dims.page_size, dims.n_kv_heads, dims.head_dim]
-            .iter()
-            .try_fold(num_pages, |acc, &x| acc.checked_mul(x))
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                err(format!("new_kv_cache: empty or oversized cache ({num_pages} pages, {dims:?})"))
-            })?;
+        let n = dims.kv_cache_elems(num_pages).ok_or_else(|| {
+            err(format!("new_kv_cache: empty or oversized cache ({num_pages} pages, {dims:?})"))
+        })?;
         Ok(CudaKvCache {
             k: self.stream.alloc_zeros::<bf16>(n).map_err(drv)?,
             v: self.stream.alloc_zeros::<bf16>(n).map_err(drv)?,

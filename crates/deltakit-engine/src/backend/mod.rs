@@ -63,6 +63,19 @@ pub struct AttnDims {
     pub page_size: usize,
 }
 
+impl AttnDims {
+    /// Elements of one of a paged KV cache's two planes (K or V): `num_pages x page_size x H_kv x
+    /// hd`, or `None` when the product overflows `usize` or is zero (an empty cache). Both
+    /// backends size their caches with it.
+    #[must_use]
+    pub fn kv_cache_elems(&self, num_pages: usize) -> Option<usize> {
+        [self.page_size, self.n_kv_heads, self.head_dim]
+            .iter()
+            .try_fold(num_pages, |acc, &x| acc.checked_mul(x))
+            .filter(|&n| n > 0)
+    }
+}
+
 /// Whether a step runs prefill kernels (varlen, any tokens per sequence) or decode kernels
 /// (exactly one token per row, continuing a sequence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
