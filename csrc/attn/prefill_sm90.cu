@@ -495,6 +495,28 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// Q's whole tokens of a row block by TMA, from one lane (TQW's issuer and EI's thread 96): nf whole tokens from
+// token tok1 into the Q tile's rows first.. (128-byte rows per 64-column block of kBM rows), head row h1 = kv head x G
+// of the [T, H_q, HD] query tensor; the first map covers q_nt tokens, the second the one more when nf > q_nt. Arms
+// `bar` with the boxes' bytes first.
+template <int HD>
+__device__ __forceinline__ void issue_q_whole_tokens(const CUtensorMap* map_a, const CUtensorMap* map_b, int nt,
+                                                     uint32_t sq, uint32_t bar, int first, int nf, int G, int h1,
+                                                     int tok1) {
+  mbar_arrive_expect_tx(bar, uint32_t(nf * G) * HD * 2);
+  const uint32_t d0 = sq + uint32_t(first) * 128u;
+#pragma unroll
+  for (int cblk = 0; cblk < HD / 64; ++cblk) {
+    tma_load_3d(d0 + uint32_t(cblk * kBM * 128), map_a, cblk * 64, h1, tok1, bar);
+  }
+  if (nf > nt) {
+    const uint32_t d1 = d0 + uint32_t(nt * G) * 128u;
+#pragma unroll
+    for (int cblk = 0; cblk < HD / 64; ++cblk) {
+      tma_load_3d(d1 + uint32_t(cblk * kBM * 128), map_b, cblk * 64, h1, tok1 + nt, bar);
+    }
+  }
+}
 // TMA tensor store of one box from shared memory (bulk async-group; wait with bulk_wait_read).
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
                                              int c2, int c3) {
@@ -798,22 +820,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         const int first = h0 == 0 ? 0 : G - h0;
         const int nf = (kBM - first) / G;
         const int tok1 = int(ebos + t0) + (h0 > 0 ? 1 : 0);
-        const int nt = int(a.q_nt);
-        mbar_arrive_expect_tx(eb, uint32_t(nf * G) * HD * 2);
-        const uint32_t d0 = eq + uint32_t(first) * 128u;
-#pragma unroll
-        for (int cblk = 0; cblk < HD / 64; ++cblk) {
-          tma_load_3d(d0 + uint32_t(cblk * kBM * 128), &a.tmap_qa, cblk * 64, int(kvh) * G, tok1,
-                      eb);
-        }
-        if (nf > nt) {
-          const uint32_t d1 = d0 + uint32_t(nt * G) * 128u;
-#pragma unroll
-          for (int cblk = 0; cblk < HD / 64; ++cblk) {
-            tma_load_3d(d1 + uint32_t(cblk * kBM * 128), &a.tmap_qb, cblk * 64, int(kvh) * G,
-                        tok1 + nt, eb);
-          }
-        }
+        issue_q_whole_tokens<HD>(&a.tmap_qa, &a.tmap_qb, int(a.q_nt), eq, eb, first, nf, G,
+                                 int(kvh) * G, tok1);
         if (TL) tl_put(10, gtimer());
       }
     } else if (tid == 0) {
@@ -1118,22 +1126,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
         const int tok1 = int(bos + t0) + (h0 > 0 ? 1 : 0);  // first whole token
         if (!Cfg<HD, VAR>::EI && kv == 0 && wig == 1) {  // (EI: thread 96 issued them)
           if (lane == 0) {
-            const int nt = int(a.q_nt);
-            mbar_arrive_expect_tx(barQ, uint32_t(nf * G) * HD * 2);
-            const uint32_t d0 = sQ + uint32_t(first) * 128u;
-#pragma unroll
-            for (int cblk = 0; cblk < HD / 64; ++cblk) {
-              tma_load_3d(d0 + uint32_t(cblk * kBM * 128), &a.tmap_qa, cblk * 64, int(kvh) * G, tok1,
-                          barQ);
-            }
-            if (nf > nt) {
-              const uint32_t d1 = d0 + uint32_t(nt * G) * 128u;
-#pragma unroll
-              for (int cblk = 0; cblk < HD / 64; ++cblk) {
-                tma_load_3d(d1 + uint32_t(cblk * kBM * 128), &a.tmap_qb, cblk * 64, int(kvh) * G,
-                            tok1 + nt, barQ);
-              }
-            }
+            issue_q_whole_tokens<HD>(&a.tmap_qa, &a.tmap_qb, int(a.q_nt), sQ, barQ, first, nf, G,
+                                     int(kvh) * G, tok1);
             if (TL) tl_put(10, gtimer());
           }
         } else if (kv == 1 && wig == 1) {
