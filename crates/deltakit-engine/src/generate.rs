@@ -188,8 +188,8 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Request`] for unknown/duplicate sequences, empty items, bad token ids, a
-    /// sequence growing past the maximum context or a step of more than `i32::MAX` tokens; [`EngineError::Capacity`] if the KV pages run
-    /// out (nothing is run then); backend errors.
+    /// sequence growing past the maximum context or a step of more than `i32::MAX` tokens;
+    /// [`EngineError::Capacity`] if the KV pages run out (nothing is run then); backend errors.
     pub fn step(&mut self, items: &[StepItem<'_>]) -> Result<StepLogits> {
         let (ids, batch, want_rows, ranges) = self.prepare(items)?;
         let vocab = self.config().vocab_size;

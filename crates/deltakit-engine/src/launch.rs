@@ -240,7 +240,10 @@ pub mod cuda {
         graphs: &GraphOptions,
     ) -> Result<CacheConfig> {
         use crate::capacity::{plan, rank_bytes, static_input_row_bytes};
-        cache.validate()?;
+        // The plan reads max_seqs, page_size and max_context; num_pages is derived below (a
+        // request whose page count passes i32::MAX is shrunk to the batch that fits, as before),
+        // and the returned config is validated whole.
+        CacheConfig { num_pages: 1, ..cache }.validate()?;
         let tp = devices.len();
         let bytes = rank_bytes(cfg, &cache, 2048, tp)?;
         let pages_per_seq = cache.max_context.div_ceil(cache.page_size) as u64;

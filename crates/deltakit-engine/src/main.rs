@@ -177,7 +177,8 @@ struct GenerateArgs {
     #[arg(long)]
     ignore_eos: bool,
     /// Return the top-K log-probabilities of every prompt position and generated token (with
-    /// --json; K >= 1; --json without it gives K = 1). A prompt record `pos = i` holds the next-token distribution AFTER prompt token i
+    /// --json; K >= 1; --json without it gives K = 1). A prompt record `pos = i` holds the
+    /// next-token distribution AFTER prompt token i
     /// (what the model predicts for position i + 1), not the log-probability of token i itself;
     /// a generated token's record holds the distribution it was drawn from.
     #[arg(long)]

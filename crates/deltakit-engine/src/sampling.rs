@@ -2,7 +2,7 @@
 //! sampling, top-K log-probabilities — with exactly the semantics of the `sample.*` device
 //! kernels, so a request gives the same tokens on every backend: the token is
 //! `deltakit_ref::sample::top_p_trace` (greedy = argmax with ties to the lowest id for
-//! `temperature <= 0`; otherwise the integer-exact nucleus draw of HF `TemperatureLogitsWarper` +
+//! `temperature = 0`; otherwise the integer-exact nucleus draw of HF `TemperatureLogitsWarper` +
 //! `TopPLogitsWarper` + multinomial, seeded by the request's `seed` and `counter` = the index of
 //! the token among the request's generated tokens), its log-probability is `log_softmax(row)` in
 //! f64 at temperature 1, and the top-K list is `deltakit_ref::sample::topk_logprobs`.
@@ -12,7 +12,8 @@ use crate::error::{EngineError, Result};
 /// Sampling and stopping parameters of one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
-    /// `<= 0`: greedy (argmax, ties to the lowest id). Otherwise logits are divided by it.
+    /// `0`: greedy (argmax, ties to the lowest id). Otherwise logits are divided by it. Finite
+    /// and `>= 0` ([`SamplingParams::validate`]).
     pub temperature: f32,
     /// Nucleus sampling: keep the smallest set of top tokens with probability mass `>= top_p`
     /// (1.0 = all).
@@ -167,7 +168,8 @@ pub fn topk_logprobs(row: &[f32], k: usize) -> Result<TopK> {
 /// the unscaled distribution.
 ///
 /// # Errors
-/// [`EngineError::Request`] for a NaN logit or an empty row.
+/// [`EngineError::Request`] for a NaN logit, an empty row, or a temperature / top_p that
+/// [`SamplingParams::validate`] refuses.
 pub fn sample_token(row: &[f32], p: &SamplingParams, counter: u64) -> Result<(u32, f32)> {
     let s = sample_row(row, &RowSampling { topk: 0, ..RowSampling::of(p, counter) })?;
     Ok((s.token, s.logprob))
@@ -202,7 +204,7 @@ pub fn sample_rows(logits: &[f32], vocab: usize, rows: &[RowSampling]) -> Result
     if vocab == 0 {
         return Err(EngineError::Request("decode_sample: vocab must be >= 1, got 0".into()));
     }
-    if logits.len() != rows.len() * vocab {
+    if rows.len().checked_mul(vocab) != Some(logits.len()) {
         return Err(EngineError::Request(format!(
             "decode_sample: {} logits for {} rows of {vocab}",
             logits.len(),
@@ -310,5 +312,8 @@ mod tests {
             assert!(matches!(&e, EngineError::Request(m) if m.contains("vocab")), "{e}");
         }
         assert!(sample_rows(&[], 3, &[]).unwrap().is_empty());
+        // rows x vocab wrapping to 0 (2 x 2^63): a length error, not Ok with no samples.
+        let e = sample_rows(&[], usize::MAX / 2 + 1, &[ok.clone(), ok]).unwrap_err();
+        assert!(matches!(&e, EngineError::Request(m) if m.contains("logits for 2 rows")), "{e}");
     }
 }

@@ -66,8 +66,9 @@ impl CacheConfig {
     }
 
     /// Check the sizes: every one `> 0` and `<= i32::MAX` (the kernels' slot indices, page ids,
-    /// page size, context lengths and `cu_seqlens` are i32). [`StatePool::new`] calls it; the multi-rank builders of [`crate::launch`] call it
-    /// before any rank loads weights.
+    /// page size and context lengths are i32). [`StatePool::new`], `Rank::new` and every
+    /// builder of [`crate::launch`] (CPU `load_as` / `dummy`, the CUDA cache plan, the multi-rank
+    /// builders) call it before any rank loads weights.
     ///
     /// # Errors
     /// [`EngineError::Capacity`] naming the first bad size, with its value and the bound.
