@@ -228,8 +228,23 @@ constexpr int kBM = 128;
 //      left at 1.06 us yet landed at 3.49 us (49: issued 1.70, landed 3.10-3.23); the first QK^T
 //      done at 4.13-4.19 vs 4.19-4.32. The block start is bound by the TMA issue and the memory
 //      system's answer to ~200 KB of first loads, not by when the software issues them.
-// Dispatched: 0-56.
-constexpr int kVariants = 57;
+//  57 (session 11, prepared, NOT run on a GPU) = 48 as a PERSISTENT kernel written afresh
+//      (prefill_pk_kernel): min(row blocks, SMs) CTAs walk the LPT list round robin; the K / V
+//      ring, all mbarrier phases and the ping-pong turns run on across row blocks; the consumers
+//      release the Q tile after their last QK^T of a row block, so the next row block's Q boxes /
+//      partial rows and its K tile 0 load under the last PV product and the epilogue (the epilogue
+//      stores O from the accumulators, not through the Q tile). The consumers' block loop is
+//      instantiated per start stage (36's S0T) so the stage of tile j is (S0 + j) % 2 of the
+//      block's own counter. Why: session 11's timelines -- a row block spends ~4 us from entry to
+//      its first QK^T (Q lands 3.1-3.5 us after entry whatever the issue order) and ~2.5 us in
+//      its epilogue with nothing overlapping them; predicted -5..-9% at varlen 8 x 2048. The
+//      row block's fate and tile count are made warp-uniform (redux.sync) before the branches
+//      around the body: without it ptxas kept the stage and descriptors in vector registers (84
+//      R2UR per tile, 80 B spills). nvcc 13.0: 168 registers, 0 spills, steady loop 650 / 657
+//      instructions, 21 HGMMA, 32 / 34 R2UR (48: 653 / 21 / 34).
+//      58 = 57 + TL (fields in prefill_pk_kernel's comment).
+// Dispatched: 0-58.
+constexpr int kVariants = 59;
 // BV variants: most sequences whose metadata travels in the launch parameters, and the page
 // entries per sequence (tile 0's 16-position groups at BN 80).
 constexpr int kBvSeqs = 64;
@@ -286,19 +301,19 @@ struct Cfg<256, VAR> {
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
-                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 56);
+                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 58);
   // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
   static constexpr bool QC = VAR >= 39 && VAR <= 41;
   // 41: the staged epilogue's shared-memory writes by stmatrix.
   static constexpr bool STM = VAR == 41;
   // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
-  static constexpr bool TQ = VAR >= 42 && VAR <= 56;
+  static constexpr bool TQ = VAR >= 42 && VAR <= 58;
   // 44-52: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
-  static constexpr bool TQW = VAR >= 44 && VAR <= 56;
+  static constexpr bool TQW = VAR >= 44 && VAR <= 58;
   // 46 / 47: TQW + DEFER -- K tile 1 and V tile 0 are issued only once Q has landed.
   static constexpr bool DEFER = VAR == 46 || VAR == 47;
   // 48 / 49: TQW + KU -- a full K / V tile's boxes issued by one lane with uniform operands.
-  static constexpr bool KU = VAR >= 48 && VAR <= 56;
+  static constexpr bool KU = VAR >= 48 && VAR <= 58;
   // 50 / 52: TL whose fields 7 / 8 stamp the K pair's first warp (K tile 0's issuer).
   static constexpr bool KTL = VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56;
   // 51 / 52: KE -- K tile 0's operands prepared at entry, its boxes issued first thing.
@@ -309,7 +324,10 @@ struct Cfg<256, VAR> {
   static constexpr bool EI = VAR == 55 || VAR == 56;
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
                             VAR == 38 || VAR == 40 || VAR == 43 || VAR == 45 || VAR == 47 ||
-                            VAR == 49 || VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56;
+                            VAR == 49 || VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56 ||
+                            VAR == 58;
+  // 57 / 58: PK -- 48 as a persistent kernel (prefill_pk_kernel; see kVariants).
+  static constexpr bool PK = VAR == 57 || VAR == 58;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -351,6 +369,7 @@ struct Cfg<128, VAR> {
   static constexpr bool KE = false;
   static constexpr bool BV = false;
   static constexpr bool EI = false;
+  static constexpr bool PK = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -387,6 +406,7 @@ struct Cfg<64, VAR> {
   static constexpr bool KE = false;
   static constexpr bool BV = false;
   static constexpr bool EI = false;
+  static constexpr bool PK = false;
   static constexpr bool TL = false;
   static constexpr bool PF = false;
   static constexpr bool STEP = false;
@@ -413,6 +433,7 @@ static_assert(smem_bytes<256, 15>() <= 227 * 1024, "BN 80 + the order-point scra
 static_assert(smem_bytes<256, 23>() <= 227 * 1024, "+ the persistent kernel's Q barriers fit");
 static_assert(smem_bytes<256, 26>() <= 227 * 1024, "+ the second Q barrier fits");
 static_assert(smem_bytes<256, 36>() <= 227 * 1024, "36: the persistent kernel's layout");
+static_assert(smem_bytes<256, 57>() <= 227 * 1024, "57: PK, Q-empty barrier in QV's slot");
 
 struct Args {
   DkAttnPrefillSm90Params p;
@@ -2513,11 +2534,563 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Whether `kernel` runs from sm_90a code on the current device: SASS (or PTX) built for 9.0
 // features, not a JIT of a lower arch's PTX (whose body is empty). Cached per device.
-// The kernel of a (head dim, schedule, variant): the persistent one for 23 / 24.
+// PK variants 57 / 58 (session 11, prepared, NOT run on a GPU): variant 48's tiles, producer
+// and softmax in a PERSISTENT kernel written afresh (not 23 / 36): min(row blocks, SMs) CTAs,
+// CTA c walks the LPT row-block list at c, c + gridDim.x, ... (the order of 48's launch index:
+// heaviest row blocks first, kv head fastest), and everything runs on across its work tiles:
+// the K / V ring and its mbarrier phases (tile g of the CTA: stage g % 2, phase (g / 2) & 1),
+// the Q barrier (phase = the CTA's live row blocks so far, & 1), the consumers' ping-pong turns.
+// The one Q tile is released by the consumers (a Q-empty barrier, 256 arrivals) right after
+// their LAST QK^T of a row block completed, so the producer's Q boxes (K pair's second warp,
+// TQW) and partial rows (V pair's second warp) for the next row block go out while the
+// consumers still run the last PV product and the epilogue; K tile 0 of the next row block is
+// issued as soon as its ring stage is free (no wait on Q). The epilogue therefore writes O
+// straight from the accumulators (4-byte stores, 30's pre-STAGED form), never through the Q
+// tile. The consumers' stage index stays of 48's form: the row block's loop runs from a
+// compile-time start stage S0 (the parity of the CTA's tiles so far; both bodies instantiated,
+// picked by a branch between row blocks: 36's S0T), so the stage of tile j is (S0 + j) % 2 of the
+// block's own loop counter, and with the row block's fate and tile count made warp-uniform
+// (redux.sync) the wgmma descriptors stay in uniform registers (as 48's). 58 = 57 + TL (per
+// row block at its LPT index: 0 = SM id | n_tiles << 32, 1 = consumer warpgroup 0 starts the
+// row block, 2 = its Q landed, 3 = its first QK^T done, 4 = its last PV done, 5 / 6 = warpgroup
+// 0 / 1 output stored, 9 = the Q tile released by warpgroup 0, 10 = the Q boxes issued, 11 =
+// K tile 0 issued).
+template <int VAR>
+__global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_constant__ Args a) {
+#ifdef DK_ATTN_SM90A
+  constexpr int HD = 256;
+  using C = Cfg<HD, VAR>;
+  constexpr int BN = C::BN;
+  constexpr int ST = C::STAGES;
+  constexpr bool TL = C::TL;
+  static_assert(C::PK && ST == 2 && C::LATE_P && C::FAST && C::ORDERED && C::TMA && C::PP,
+                "PK: variant 48's configuration");
+  constexpr uint32_t TILE = uint32_t(BN) * HD * 2;
+  auto tl_put = [&](uint32_t item, int f, unsigned long long v) {
+    if constexpr (TL) {
+      if (item < uint32_t(kTlBlocks)) g_prefill_tl[size_t(item) * kTlFields + f] = v;
+    }
+  };
+  const DkAttnPrefillSm90Params& p = a.p;
+  const int G = a.group;
+  const int tid = threadIdx.x;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = base;
+  const uint32_t sKV = sQ + uint32_t(kBM) * HD * 2;  // stage s: K at +2s TILE, V at +(2s+1) TILE
+  const uint32_t bars = sKV + 2 * ST * TILE;
+  const uint32_t barQ = bars;
+  const uint32_t barQE = bars + 8u * uint32_t(1 + 4 * ST);  // QV's second Q barrier slot
+  // (The ORDERED scratch words follow the barriers; the consumers derive them in their body.)
+  auto full_k = [&](int s) { return bars + 8u * uint32_t(1 + s); };
+  auto full_v = [&](int s) { return bars + 8u * uint32_t(1 + ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * uint32_t(1 + 2 * ST + s); };
+  auto empty_v = [&](int s) { return bars + 8u * uint32_t(1 + 3 * ST + s); };
+  if (tid == 0) {
+    // Q: 1 expect-tx arrival + the 32 cp.async arrivals of the partial-row warp; Q empty: the
+    // 256 consumer threads after their last QK^T of a row block.
+    mbar_init(barQ, 33);
+    mbar_init(barQE, 256);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full_k(s), 64);
+      mbar_init(full_v(s), 64);
+      mbar_init(empty_k(s), 256);
+      mbar_init(empty_v(s), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile(
+        "prefetch.tensormap [%0];\nprefetch.tensormap [%1];\nprefetch.tensormap [%2];\n"
+        "prefetch.tensormap [%3];\n" ::"l"(reinterpret_cast<uint64_t>(&a.tmap_k)),
+        "l"(reinterpret_cast<uint64_t>(&a.tmap_v)), "l"(reinterpret_cast<uint64_t>(&a.tmap_qa)),
+        "l"(reinterpret_cast<uint64_t>(&a.tmap_qb))
+        : "memory");
+  }
+  __syncthreads();
+
+  const int* cu = reinterpret_cast<const int*>(p.cu_seqlens);
+  const int64_t T = p.num_tokens;
+  const int64_t HQ = p.n_q_heads;
+  const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(p.q);
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  const uint32_t n_items = a.total_blocks;
+  const uint32_t hkv_u = uint32_t(p.n_kv_heads);
+  const uint32_t nseq_u = uint32_t(p.num_seqs);
+  // A work tile (row block) of the LPT list: 0 = no rows (skipped by every role), 1 = padding
+  // sequence (the consumers zero its rows), 2 = live.
+  struct Item {
+    int64_t seq, kvh, bos, rows_total, m0;
+    int ctx, kv_end, n_tiles, n_full, state;
+  };
+  auto item_of = [&](uint32_t lin) {
+    Item it;
+    const uint32_t rest = lin / hkv_u;
+    it.kvh = int64_t(lin - rest * hkv_u);
+    it.seq = int64_t(rest % nseq_u);
+    const int64_t mb = a.max_m_blocks - 1 - int64_t(rest / nseq_u);
+    const int cu_lo = __ldg(cu + it.seq);
+    const int cu_hi = __ldg(cu + it.seq + 1);
+    it.ctx = __ldg(reinterpret_cast<const int*>(p.ctx_lens) + it.seq);
+    it.bos = min(max(int64_t(cu_lo), int64_t(0)), T);
+    const int64_t eos = min(max(int64_t(cu_hi), it.bos), T);
+    it.rows_total = (eos - it.bos) * G;
+    it.m0 = mb * kBM;
+    it.kv_end = 0;
+    it.n_tiles = 0;
+    it.n_full = 0;
+    if (it.m0 >= it.rows_total) {
+      it.state = 0;
+    } else if (it.ctx < 0) {
+      it.state = 1;
+    } else {
+      it.state = 2;
+      const int tok_lo = int(it.m0 / G);
+      const int tok_hi = int(min(it.m0 + kBM - 1, it.rows_total - 1) / G);
+      it.kv_end = it.ctx + tok_hi + 1;
+      it.n_tiles = (it.kv_end + BN - 1) / BN;
+      it.n_full = (it.ctx + tok_lo + 1) / BN;
+    }
+    return it;
+  };
+
+  if (tid < 128) {
+    // ---------------- producer warpgroup ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::PROD_REGS));
+    const __nv_bfloat16* kc = reinterpret_cast<const __nv_bfloat16*>(p.k_cache);
+    const __nv_bfloat16* vc = reinterpret_cast<const __nv_bfloat16*>(p.v_cache);
+    const int ps = int(p.page_size);
+    const int hkv = int(p.n_kv_heads);
+    const int num_pages = int(min(p.num_pages, int64_t(0x7fffffff)));
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    constexpr int CPR = HD / 8;
+    const int c = lane % CPR;
+    const uint32_t cw = uint32_t(c % 8);
+    const uint32_t cb = uint32_t(c / 8) * uint32_t(BN * 128);
+    constexpr int NP = BN / 2;
+    const int kv = warp >> 1;
+    const int wig = warp & 1;
+    const __nv_bfloat16* cache = kv == 0 ? kc : vc;
+    uint32_t g0 = 0;  // the CTA's K / V tiles before this row block
+    uint32_t qi = 0;  // the CTA's live row blocks before this one
+#pragma unroll 1
+    for (uint32_t lin = blockIdx.x; lin < n_items; lin += gridDim.x) {
+      const Item it = item_of(lin);
+      if (it.state != 2) continue;
+      const int64_t kvh = it.kvh;
+      const int kv_end = it.kv_end;
+      const int n_tiles = it.n_tiles;
+      const int* table = reinterpret_cast<const int*>(p.page_table) + it.seq * p.max_pages;
+      auto off_of = [&](int j, int pass) -> int64_t {
+        if (pass >= NP) return -1;
+        const int pos = j * BN + pass * 2 + wig;
+        if (pos >= kv_end) return -1;
+        const int page = __ldg(table + pos / ps);
+        if (page < 0 || page >= num_pages) return -1;
+        return ((int64_t(page) * ps + pos % ps) * hkv + kvh) * HD;
+      };
+      auto crow_of = [&](int j) -> int {  // cache row of group `lane` of a full tile j
+        if (lane >= BN / 16 || (j + 1) * BN > kv_end) return 0;
+        const int pos = j * BN + 16 * lane;
+        const int page = __ldg(table + pos / ps);
+        return (page >= 0 && page < num_pages)
+                   ? page * ps + pos % ps
+                   : int(min(p.num_pages * p.page_size, int64_t(0x7fffffff)));  // zeros
+      };
+      // Q (TQW): the Q tile is free once the consumers' last QK^T of the previous live row
+      // block completed (barQE); then the whole-token boxes from lane 0 of warp 1 and the
+      // partial-token rows by cp.async from warp 3, both on barQ.
+      const int64_t m0 = it.m0;
+      const int64_t t0 = m0 / G;
+      const int h0 = int(m0 - t0 * G);
+      const int first = h0 == 0 ? 0 : G - h0;
+      const int nf = (kBM - first) / G;
+      const int tok1 = int(it.bos + t0) + (h0 > 0 ? 1 : 0);
+      if (kv == 0 && wig == 1) {
+        if (lane == 0) {
+          if (qi > 0) mbar_wait(barQE, (qi - 1) & 1u);
+          issue_q_whole_tokens<HD>(&a.tmap_qa, &a.tmap_qb, int(a.q_nt), sQ, barQ, first, nf, G,
+                                   int(kvh) * G, tok1);
+          if (TL) tl_put(lin, 10, gtimer());
+        }
+      } else if (kv == 1 && wig == 1) {
+        if (qi > 0) mbar_wait(barQE, (qi - 1) & 1u);
+        const int tail = kBM - first - nf * G;
+        const uint32_t cbq = sQ + uint32_t(lane / 8) * uint32_t(kBM * 128);
+        const uint32_t cwq = uint32_t(lane % 8);
+        const __nv_bfloat16* qa0 = q + ((int64_t(it.bos + t0) * HQ) + kvh * G + h0) * HD + lane * 8;
+        const __nv_bfloat16* qb0 = q + (int64_t(tok1 + nf) * HQ + kvh * G) * HD + lane * 8;
+#pragma unroll 1
+        for (int i = 0; i < first + tail; ++i) {
+          const bool lo = i < first;
+          const int r = lo ? i : nf * G + i;
+          const bool ok = m0 + r < it.rows_total;
+          const __nv_bfloat16* src = lo ? qa0 + int64_t(i) * HD : qb0 + int64_t(i - first) * HD;
+          cp_async_16(cbq + uint32_t(r) * 128u + ((cwq ^ uint32_t(r & 7)) << 4),
+                      ok ? static_cast<const void*>(src) : q, ok ? 16u : 0u);
+        }
+        cp_async_arrive(barQ);
+      }
+      int crow = crow_of(0);
+#pragma unroll 1
+      for (int j = 0; j < n_tiles; ++j) {
+        const uint32_t g = g0 + uint32_t(j);
+        const int s = int(g % ST);
+        const uint32_t fb = kv == 0 ? full_k(s) : full_v(s);
+        if (g >= ST) mbar_wait(kv == 0 ? empty_k(s) : empty_v(s), ((g / ST) - 1) & 1u);
+        if ((j + 1) * BN <= kv_end) {
+          // KU: lane 0 of the pair's first warp issues the full tile's boxes with uniform
+          // operands; the other 63 threads of the pair arrive.
+          if (wig == 0 && lane == 0) {
+            mbar_arrive_expect_tx(fb, TILE);
+          } else {
+            mbar_arrive(fb);
+          }
+          if (wig == 0) {
+            const uint32_t tile_u =
+                __reduce_max_sync(0xffffffffu, sKV + uint32_t(2 * s + kv) * TILE);
+            const uint32_t fb_u = __reduce_max_sync(0xffffffffu, fb);
+            const uint32_t kv_u = __reduce_max_sync(0xffffffffu, uint32_t(kv));
+            uint32_t cr[BN / 16];
+#pragma unroll
+            for (int gg = 0; gg < BN / 16; ++gg) {
+              cr[gg] = __reduce_max_sync(0xffffffffu, lane == gg ? uint32_t(crow) : 0u);
+            }
+            if (lane == 0) {
+              const CUtensorMap* map = kv_u == 0 ? &a.tmap_k : &a.tmap_v;
+#pragma unroll
+              for (int gg = 0; gg < BN / 16; ++gg) {
+#pragma unroll
+                for (int cblk = 0; cblk < HD / 64; ++cblk) {
+                  tma_load_3d(tile_u + uint32_t(cblk * BN * 128 + gg * 16 * 128), map, cblk * 64,
+                              int(kvh), int(cr[gg]), fb_u);
+                }
+              }
+              if (TL && j == 0 && kv_u == 0) tl_put(lin, 11, gtimer());
+            }
+          }
+        } else {
+          // The partial last tile by cp.async (zero fill past the causal end).
+          const int64_t oa = off_of(j, lane);
+          const int64_t ob = off_of(j, lane + 32);
+          const uint32_t tile = sKV + uint32_t(2 * s + kv) * TILE + cb;
+#pragma unroll 1
+          for (int pass = 0; pass < 32; ++pass) {
+            const int64_t o = __shfl_sync(0xffffffffu, oa, pass);
+            const int r = pass * 2 + wig;
+            const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+            cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
+                        o >= 0 ? 16u : 0u);
+          }
+#pragma unroll 1
+          for (int pass = 32; pass < NP; ++pass) {
+            const int64_t o = __shfl_sync(0xffffffffu, ob, pass - 32);
+            const int r = pass * 2 + wig;
+            const uint32_t dst = tile + uint32_t(r) * 128 + ((cw ^ uint32_t(r & 7)) << 4);
+            cp_async_16(dst, o >= 0 ? static_cast<const void*>(cache + o + c * 8) : cache,
+                        o >= 0 ? 16u : 0u);
+          }
+          cp_async_arrive(fb);
+        }
+        if (j + 1 < n_tiles) crow = crow_of(j + 1);
+      }
+      g0 += uint32_t(n_tiles);
+      ++qi;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::CONS_REGS));
+  const int ct = tid - 128;
+  const int w = ct / 128;
+  const int lane = tid % 32;
+  const int warp = (ct % 128) / 32;
+  const int r_lo = w * 64 + warp * 16 + lane / 4;  // this thread's rows: r_lo and r_lo + 8
+  const float cl2 = p.scale * 1.4426950408889634f;
+  constexpr int NS = BN / 2;  // score accumulators per thread
+  constexpr int NO = HD / 2;  // output accumulators per thread
+  auto turn_wait = [&]() {
+    if (w == 0) {
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    } else {
+      asm volatile("bar.sync 2, 256;\n" ::: "memory");
+    }
+  };
+  auto turn_pass = [&]() {
+    if (w == 0) {
+      asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    } else {
+      asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    }
+  };
+  // One live row block from ring stage S0 (= the CTA's tiles so far, mod 2); gb = that count
+  // (the mbarrier phases), qi = the CTA's live row blocks so far (the Q phase).
+  auto block = [&](auto s0c, const Item& it, uint32_t lin, uint32_t gb, uint32_t qi) {
+    constexpr int S0 = decltype(s0c)::value;
+    // The shared-memory addresses re-derived per row block (a few uniform instructions), not
+    // carried through the row-block loop.
+    const uint32_t ub = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t usKV = ub + uint32_t(kBM) * HD * 2;
+    const uint32_t ubars = usKV + 2 * ST * TILE;
+    auto ufull_k = [&](int st) { return ubars + 8u * uint32_t(1 + st); };
+    auto ufull_v = [&](int st) { return ubars + 8u * uint32_t(1 + ST + st); };
+    auto uempty_k = [&](int st) { return ubars + 8u * uint32_t(1 + 2 * ST + st); };
+    auto uempty_v = [&](int st) { return ubars + 8u * uint32_t(1 + 3 * ST + st); };
+    const uint64_t dq = make_desc(ub + uint32_t(w) * 64 * 128, 16, 1024);
+    const uint32_t my_scratch =
+        ((ubars + 8u * uint32_t(2 + 4 * ST) + 15u) & ~15u) + uint32_t(ct) * 4u;
+    const int64_t kvh = it.kvh;
+    const int64_t bos = it.bos;
+    const int64_t rows_total = it.rows_total;
+    const int64_t m0 = it.m0;
+    const int n_tiles = it.n_tiles;
+    const int n_full = it.n_full;
+    const int kv_end = it.kv_end;
+    const int64_t vr0 = m0 + r_lo;
+    const int64_t vr1 = vr0 + 8;
+    const int qpos0 = it.ctx + int(min(vr0, rows_total - 1) / G);
+    const int qpos1 = it.ctx + int(min(vr1, rows_total - 1) / G);
+    float o[NO];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float s[NS];
+    uint32_t pa[NS / 2];
+    float m_0 = -INFINITY, m_1 = -INFINITY, l_0 = 0.f, l_1 = 0.f;
+    // Stage of the block's tile j: (S0 + j) % ST from the block's own loop counter; phase from
+    // the CTA's tile count.
+    auto issue_qk = [&](int j) {
+      const int st = (S0 + j) % ST;
+      mbar_wait(ufull_k(st), ((gb + uint32_t(j)) / ST) & 1u);
+      if ((j + 1) * BN > kv_end) fence_proxy_async();  // the cp.async partial tile
+      const uint64_t dk = make_desc(usKV + uint32_t(2 * st) * TILE, 16, 1024);
+      uint64_t dqv = dq;
+      asm volatile("" : "+l"(dqv));
+      wgmma_fence();
+#pragma unroll
+      for (int kc = 0; kc < HD / 16; ++kc) {
+        const uint64_t oq = uint64_t(((kc / 4) * kBM * 128 + (kc % 4) * 32) >> 4);
+        const uint64_t ok = uint64_t(((kc / 4) * BN * 128 + (kc % 4) * 32) >> 4);
+        if (kc == 0) {
+          qk_gemm<NS>(s, dqv + oq, dk + ok);
+        } else {
+          qk_gemm_acc<NS>(s, dqv + oq, dk + ok);
+        }
+      }
+      wgmma_commit();
+    };
+    auto issue_pv = [&](int j) {
+      const int st = (S0 + j) % ST;
+      mbar_wait(ufull_v(st), ((gb + uint32_t(j)) / ST) & 1u);
+      if ((j + 1) * BN > kv_end) fence_proxy_async();
+      const uint64_t dv = make_desc(usKV + uint32_t(2 * st + 1) * TILE, BN * 128, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        pv_gemm<NO>(o, &pa[4 * kk], dv + uint64_t((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+    };
+    // FAST softmax, late P (48's): max over the raw scores, one FFMA per exponent.
+    auto softmax = [&](int j, float& mn0, float& mn1, float& ls0, float& ls1) {
+      const bool masked = j >= n_full;
+      const int col0 = j * BN + 2 * (lane % 4);
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[4 * i + e];
+          if (masked) {
+            const int pos = col0 + 8 * i + (e & 1);
+            if (pos > (e < 2 ? qpos0 : qpos1)) x = -INFINITY;
+          }
+          s[4 * i + e] = x;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      mx0 = fmaxf(mn0, mx0 * cl2);
+      mx1 = fmaxf(mn1, mx1 * cl2);
+      mn0 = mx0;
+      mn1 = mx1;
+      float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+        const float p0 = fast_exp2(fmaf(s[4 * i], cl2, -mx0));
+        const float p1 = fast_exp2(fmaf(s[4 * i + 1], cl2, -mx0));
+        const float p2 = fast_exp2(fmaf(s[4 * i + 2], cl2, -mx1));
+        const float p3 = fast_exp2(fmaf(s[4 * i + 3], cl2, -mx1));
+        a0 += p0 + p1;
+        a1 += p2 + p3;
+        s[4 * i] = p0;
+        s[4 * i + 1] = p1;
+        s[4 * i + 2] = p2;
+        s[4 * i + 3] = p3;
+      }
+      ls0 = a0;
+      ls1 = a1;
+    };
+    auto take_p = [&]() {
+#pragma unroll
+      for (int i = 0; i < NS / 2; ++i) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    };
+    auto rescale_o = [&](float x0, float x1) {
+      if (__any_sync(0xffffffffu, x0 != 1.f || x1 != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < NO / 4; ++i) {
+          o[4 * i] *= x0;
+          o[4 * i + 1] *= x0;
+          o[4 * i + 2] *= x1;
+          o[4 * i + 3] *= x1;
+        }
+      }
+    };
+    float pal0 = 1.f, pal1 = 1.f;
+    if (TL && ct == 0) {
+      tl_put(lin, 0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
+      tl_put(lin, 1, gtimer());
+    }
+    // Warpgroup 1 opens warpgroup 0's first turn of the row block (and skips its last
+    // hand-over below): every named-barrier phase sees 128 + 128 threads, row block by row block.
+    if (w == 1) turn_pass();
+    mbar_wait(ubars, qi & 1u);
+    fence_proxy_async();  // the partial-token rows came by cp.async (generic proxy)
+    if (TL && ct == 0) tl_put(lin, 2, gtimer());
+    turn_wait();
+    issue_qk(0);
+    turn_pass();
+    wgmma_wait<0>();
+    fence_regs(s);
+    if (TL && ct == 0) tl_put(lin, 3, gtimer());
+    mbar_arrive(uempty_k(S0 % ST));
+    {
+      float mn0 = m_0, mn1 = m_1, ls0, ls1;
+      softmax(0, mn0, mn1, ls0, ls1);
+      m_0 = mn0;
+      m_1 = mn1;
+      l_0 = ls0;
+      l_1 = ls1;
+      take_p();
+    }
+    for (int j = 0; j + 1 < n_tiles; ++j) {
+      turn_wait();
+      issue_qk(j + 1);
+      rescale_o(pal0, pal1);
+      issue_pv(j);
+      turn_pass();
+      float mn0 = m_0, mn1 = m_1, ls0, ls1;
+      wgmma_wait<1>();
+      fence_regs(s);
+      mbar_arrive(uempty_k((S0 + j + 1) % ST));
+      softmax(j + 1, mn0, mn1, ls0, ls1);
+      pal0 = m_0 == mn0 ? 1.f : fast_exp2(m_0 - mn0);
+      pal1 = m_1 == mn1 ? 1.f : fast_exp2(m_1 - mn1);
+      l_0 = l_0 * pal0 + ls0;
+      l_1 = l_1 * pal1 + ls1;
+      m_0 = mn0;
+      m_1 = mn1;
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(my_scratch), "f"(l_0 + l_1) : "memory");
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+      mbar_arrive(uempty_v((S0 + j) % ST));
+      take_p();
+    }
+    // Every QK^T of the row block completed (the waits above): the Q tile is free for the next
+    // row block's loads while this one's last PV product and epilogue run.
+    mbar_arrive(ubars + 8u * uint32_t(1 + 4 * ST));
+    if (TL && ct == 0) tl_put(lin, 9, gtimer());
+    turn_wait();
+    rescale_o(pal0, pal1);
+    issue_pv(n_tiles - 1);
+    if (w == 0) turn_pass();
+    wgmma_wait<0>();
+    fence_regs(o);
+    if (TL && ct == 0) tl_put(lin, 4, gtimer());
+    mbar_arrive(uempty_v((S0 + n_tiles - 1) % ST));
+    l_0 += __shfl_xor_sync(0xffffffffu, l_0, 1);
+    l_0 += __shfl_xor_sync(0xffffffffu, l_0, 2);
+    l_1 += __shfl_xor_sync(0xffffffffu, l_1, 1);
+    l_1 += __shfl_xor_sync(0xffffffffu, l_1, 2);
+    const float inv0 = l_0 > 0.f ? 1.f / l_0 : 0.f;
+    const float inv1 = l_1 > 0.f ? 1.f / l_1 : 0.f;
+    const int cq = 2 * (lane % 4);
+    auto row_off = [&](int64_t vr) {  // element offset of packed row vr in out
+      const int64_t tok = vr / G;
+      const int64_t hh = vr - tok * G;
+      return ((bos + tok) * HQ + kvh * G + hh) * HD;
+    };
+    // O straight from the accumulators (the Q tile already holds the next row block's rows).
+    if (vr0 < rows_total) {
+      __nv_bfloat16* dst = out + row_off(vr0) + cq;
+#pragma unroll
+      for (int i = 0; i < NO / 4; ++i) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * i) =
+            pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+      }
+    }
+    if (vr1 < rows_total) {
+      __nv_bfloat16* dst = out + row_off(vr1) + cq;
+#pragma unroll
+      for (int i = 0; i < NO / 4; ++i) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * i) =
+            pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+      }
+    }
+    if (TL && (ct == 0 || ct == 128)) tl_put(lin, ct == 0 ? 5 : 6, gtimer());
+  };
+  uint32_t g0 = 0;
+  uint32_t qi = 0;
+#pragma unroll 1
+  for (uint32_t lin = blockIdx.x; lin < n_items; lin += gridDim.x) {
+    Item it = item_of(lin);
+    // The row block's fate and tile count made warp-uniform (redux.sync writes a uniform
+    // register): ptxas then sees uniform branches around the block body and keeps its loop
+    // counter, the ring stage and the wgmma descriptors in uniform registers (as in 48).
+    it.state = int(__reduce_max_sync(0xffffffffu, uint32_t(it.state)));
+    it.n_tiles = int(__reduce_max_sync(0xffffffffu, uint32_t(it.n_tiles)));
+    if (it.state == 0) continue;
+    if (it.state == 1) {  // padding sequence: zero output rows
+      const int64_t rows = min(int64_t(kBM), it.rows_total - it.m0);
+      // (opaque: nothing of this rare loop is hoisted out of the row-block loop.)
+      int cti = ct;
+      asm volatile("" : "+r"(cti));
+#pragma unroll 1
+      for (int64_t i = cti; i < rows * (HD / 8); i += 256) {
+        const int64_t r = i / (HD / 8);
+        const int64_t cc = i - r * (HD / 8);
+        const int64_t vr = it.m0 + r;
+        const int64_t tok = vr / G;
+        const int64_t off = ((it.bos + tok) * HQ + it.kvh * G + (vr - tok * G)) * HD;
+        *reinterpret_cast<uint4*>(out + off + cc * 8) = make_uint4(0, 0, 0, 0);
+      }
+      continue;
+    }
+    if (g0 & 1u) {
+      block(std::integral_constant<int, 1>{}, it, lin, g0, qi);
+    } else {
+      block(std::integral_constant<int, 0>{}, it, lin, g0, qi);
+    }
+    g0 += uint32_t(it.n_tiles);
+    ++qi;
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched without an sm_90a image (prepare); fail loudly if it is
+#endif  // DK_ATTN_SM90A
+}
+
+// The kernel of a (head dim, schedule, variant): the persistent one for 23 / 24, PK for 57 / 58.
 template <int HD, bool PP, int VAR>
 constexpr void (*kernel_fn())(const Args) {
   if constexpr (Cfg<HD, VAR>::PERSIST) {
     return prefill_persist_kernel<VAR>;
+  } else if constexpr (Cfg<HD, VAR>::PK) {
+    return prefill_pk_kernel<VAR>;
   } else {
     return prefill_kernel<HD, PP, VAR>;
   }
@@ -2715,7 +3288,18 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   }
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
-  if constexpr (Cfg<HD, VAR>::PERSIST) {
+  if constexpr (Cfg<HD, VAR>::PK) {
+    // 57 / 58: one CTA per SM (fewer for fewer row blocks) walking the LPT list; a list beyond
+    // 31 bits runs 48 (which then takes its kv-head-major order).
+    const int64_t nb = gx * p.n_kv_heads;
+    if (nb > 0x7fffffffLL) return launch<HD, true, 48>(p, stream);
+    a.total_blocks = uint32_t(nb);
+    const int sms = sm_count(dev);
+    const int64_t cap = sms > 0 ? sms : 132;
+    const unsigned ctas = unsigned(nb < cap ? nb : cap);
+    kernel_fn<HD, PP, VAR>()<<<ctas, kThreads, smem_bytes<HD, VAR>(), stream>>>(a);
+    return launch_status();
+  } else if constexpr (Cfg<HD, VAR>::PERSIST) {
     // 32-bit block list and packed rows; else variant 19 (same tiles, one CTA per block).
     const int64_t nb = gx * p.n_kv_heads;
     if (nb > 0x40000000LL || p.num_tokens * a.group > 0x7fffffffLL) {
@@ -2886,6 +3470,10 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 55>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 56:
           return p->scale > 0.f ? a::launch<256, true, 56>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 57:
+          return p->scale > 0.f ? a::launch<256, true, 57>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 58:
+          return p->scale > 0.f ? a::launch<256, true, 58>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

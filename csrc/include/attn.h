@@ -130,10 +130,13 @@ typedef struct DkAttnPrefillSm90Params {
    * 51 runs), 54 = 53 recording the timeline (as 52), 55 = 53 with Q's boxes and a full K tile 0
    * issued before the block's barrier sync by the two threads that set up their barriers, 56 =
    * 55 recording the timeline (as 54) (session 11; 53 / 55 correct and sanitizer-clean on an H200
-   * but no faster than 48).
+   * but no faster than 48); 57 = 48 as a persistent kernel (min(row blocks, SMs) CTAs walk the
+   * row-block list; K / V ring, barrier phases and ping-pong turns run on across row blocks; the
+   * next row block's Q and K tile 0 load under the current one's last PV product and epilogue),
+   * 58 = 57 recording the timeline (session 11; compiled only, NEVER RUN on a GPU yet).
    * The safe wrapper's default: 48 (session 10; 30 in sessions 7-9, 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-56 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=56:
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-58 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=58:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
   /** Optional host copies (host addresses; 0 = not given) of cu_seqlens i32 [N+1], ctx_lens i32
@@ -149,7 +152,7 @@ typedef struct DkAttnPrefillSm90Params {
 /** attn.prefill, sm_90a kernel (wgmma, warp-specialized; see csrc/attn/prefill_sm90.cu). */
 dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 / 47 / 49 / 50 / 52 / 54 / 56:
+/** Measurement hook of the timeline variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 / 47 / 49 / 50 / 52 / 54 / 56 / 58:
  * copies the first `n` words
  * (12 per row block at its linear launch index, at most 16384 blocks: SM id | tiles << 32, then
  * %globaltimer ns at entry, Q ready, first QK^T done, last PV done, warpgroup 0 / 1 output
@@ -158,7 +161,9 @@ dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params *p, dk_stream_t str
  * warpgroup 0 issued its Q rows; 43: 10 = the Q boxes issued, 7 / 8 = the Q-issuing warp past its
  * register release / before its first box; 45 / 47 / 49: 7 = the partial-token Q rows issued,
  * 8 = the bounds known (after the barrier sync of 9), 10 = the Q boxes issued; 50 / 52 / 54 / 56: as 49
- * but 7 / 8 = K tile 0's issuer past its register release / before its first box; zero = not
+ * but 7 / 8 = K tile 0's issuer past its register release / before its first box; 58: per row block
+ * at its list index, 1 = consumer warpgroup 0 starts it, 9 = the Q tile released, 10 = the Q boxes
+ * issued, 11 = K tile 0 issued, 7 / 8 unused; zero = not
  * recorded) of the
  * device-global timeline buffer to `host`, then zeroes the buffer and synchronizes the device.
  * Synchronize the launching stream first. */

@@ -549,10 +549,15 @@ pub enum PrefillKernel {
     /// issued before the row block's barrier sync by the two threads that set up their
     /// barriers, 56 = 55 recording the timeline (fields as 54). 53 / 55 on an H200 (session 11,
     /// docs/benchmarks/2026-12-02-attn-s11.md): correct in every test, memcheck / racecheck clean,
-    /// but no faster than 48 (varlen 8 x 2048 within 1%: Q and K tile 0 land no sooner). 44-56
-    /// opt-in except 48
+    /// but no faster than 48 (varlen 8 x 2048 within 1%: Q and K tile 0 land no sooner). 57
+    /// (session 11, compiled only: NEVER RUN on a GPU yet) = 48 as a persistent kernel (one CTA
+    /// per SM walking the row-block list, the K / V ring, barrier phases and ping-pong turns
+    /// running on across row blocks; the next row block's Q and K tile 0 load under the current
+    /// one's last PV product and epilogue, which stores O from the accumulators), 58 = 57
+    /// recording the timeline (fields per row block at its list index: 0-6 as 49, 9 = the Q tile
+    /// released, 10 = the Q boxes issued, 11 = K tile 0 issued). 44-58 opt-in except 48
     /// (the default since session 10).
-    /// Same results up to rounding. Values above 56 are rejected ([`crate::Error::Shape`] naming
+    /// Same results up to rounding. Values above 58 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -585,7 +590,7 @@ const SM90_DEFAULT_VARIANT: i32 = 48;
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
 /// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 /
-/// 47 / 49 / 50 / 52 / 54 / 56
+/// 47 / 49 / 50 / 52 / 54 / 56 / 58
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -598,7 +603,7 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// the Q boxes issued, 7 / 8 = the Q-issuing warp past its register release / before its first
 /// box; 45 / 47 / 49: 7 = the partial-token Q rows issued, 8 = the bounds known (after the barrier sync of
 /// 9), 10 = the Q boxes issued; 50 / 52 / 54 / 56: as 49 but 7 / 8 = K tile 0's issuer past its register
-/// release / before its first box); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// release / before its first box; 58, the persistent kernel: see its variant); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
 /// # Errors
@@ -619,7 +624,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 56;
+const SM90_MAX_VARIANT: u8 = 58;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -643,7 +648,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     let width = check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=56", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=58", v));
         }
     }
     let t = tokens_of(OP, batch.host_cu_seqlens)?;
