@@ -19,10 +19,6 @@ fn rows_of(op: &'static str, x_len: usize, d: usize) -> Result<usize> {
     Ok(x_len / d)
 }
 
-fn check_eps(op: &'static str, eps: f32) -> Result<()> {
-    validate::eps(op, eps)
-}
-
 /// Zero-centred RMSNorm over rows of `d = w.len()` (HF `Qwen3_5RMSNorm`):
 /// `out = bf16(x * rsqrt(mean(x^2) + eps) * (1 + w))` in f32.
 ///
@@ -43,7 +39,7 @@ pub fn rms(
     let d = w.len();
     let rows = rows_of(OP, x.len(), d)?;
     validate::len(OP, "out", out.len(), x.len())?;
-    check_eps(OP, eps)?;
+    validate::eps(OP, eps)?;
     same_context(OP, "x", stream, x)?;
     same_context(OP, "w", stream, w)?;
     same_context(OP, "out", stream, out)?;
@@ -87,7 +83,7 @@ pub fn fused_add_rms(
     let rows = rows_of(OP, x.len(), d)?;
     validate::len(OP, "residual", residual.len(), x.len())?;
     validate::len(OP, "out", out.len(), x.len())?;
-    check_eps(OP, eps)?;
+    validate::eps(OP, eps)?;
     same_context(OP, "x", stream, x)?;
     same_context(OP, "residual", stream, residual)?;
     same_context(OP, "w", stream, w)?;
@@ -181,7 +177,7 @@ pub fn rms_gated_strided(
         }
     };
     validate::len(OP, "out", out.len(), x.len())?;
-    check_eps(OP, eps)?;
+    validate::eps(OP, eps)?;
     same_context(OP, "x", stream, x)?;
     same_context(OP, "z", stream, z)?;
     same_context(OP, "w", stream, w)?;

@@ -235,9 +235,10 @@ impl Engine {
         // NaN or infinite temperature or a top_p outside (0, 1] was run as greedy / top_p 1).
         let vocab = self.config().vocab_size;
         for (i, r) in sampling.iter().enumerate() {
-            if let Err(EngineError::Request(m)) = r.validate() {
-                return Err(EngineError::Request(format!("sampling row {i}: {m}")));
-            }
+            r.validate().map_err(|e| match e {
+                EngineError::Request(m) => EngineError::Request(format!("sampling row {i}: {m}")),
+                e => e,
+            })?;
             if r.topk > vocab {
                 return Err(EngineError::Request(format!(
                     "sampling row {i}: topk {} exceeds the vocabulary ({vocab})",

@@ -132,12 +132,17 @@ struct FreeList<T> {
     fresh: std::ops::Range<T>,
 }
 
-impl<T: Copy> FreeList<T>
+impl<T: Copy + Default> FreeList<T>
 where
     std::ops::Range<T>: ExactSizeIterator<Item = T>,
 {
-    fn new(n: T, zero: T) -> Self {
-        Self { returned: Vec::new(), fresh: zero..n }
+    fn new(n: T) -> Self {
+        Self { returned: Vec::new(), fresh: T::default()..n }
+    }
+
+    /// Returns indices: the last one given is handed out first.
+    fn give_back(&mut self, ids: impl IntoIterator<Item = T>) {
+        self.returned.extend(ids);
     }
 
     fn len(&self) -> usize {
@@ -163,11 +168,7 @@ impl StatePool {
         cfg.validate()?;
         let np = i32::try_from(cfg.num_pages)
             .map_err(|_| EngineError::Capacity(format!("{} pages overflow i32", cfg.num_pages)))?;
-        Ok(Self {
-            cfg,
-            free_slots: FreeList::new(cfg.max_seqs, 0),
-            free_pages: FreeList::new(np, 0),
-        })
+        Ok(Self { cfg, free_slots: FreeList::new(cfg.max_seqs), free_pages: FreeList::new(np) })
     }
 
     /// The pool's configuration.
@@ -228,8 +229,8 @@ impl StatePool {
 
     /// End a sequence: return its slot and pages.
     pub fn free(&mut self, seq: SeqState) {
-        self.free_pages.returned.extend(seq.pages.into_iter().rev());
-        self.free_slots.returned.push(seq.slot);
+        self.free_pages.give_back(seq.pages.into_iter().rev());
+        self.free_slots.give_back([seq.slot]);
     }
 }
 
