@@ -417,6 +417,16 @@ fn quick() {
     quick_decode(&s);
 }
 
+/// The split count the sm_90 decode launcher's Auto rule picks (`auto_config` in
+/// csrc/attn/decode_sm90.cu, repeated here for the bench): the smallest `s <= max_splits` (and
+/// <= 4 x SMs) whose `w * s` CTAs fill their waves within 0.04 of the best fill.
+fn auto_pick_splits(w: usize, max_splits: usize, sms: usize) -> usize {
+    let fill = |ctas: usize| ctas as f64 / (ctas.div_ceil(sms) * sms) as f64;
+    let cap = max_splits.min(4 * sms);
+    let best = (1..=cap).map(|s| fill(w * s)).fold(0.0, f64::max);
+    (1..=cap).find(|&s| fill(w * s) >= best - 0.04).unwrap_or(1)
+}
+
 /// Mean time per call of `f` from a CUDA graph of 10 calls replayed for ~30 ms (what the engine
 /// does per decode step: no host work in the timing); `None` if the capture failed.
 fn graph_time(s: &Arc<CudaStream>, mut f: impl FnMut()) -> Option<f64> {
@@ -463,8 +473,16 @@ fn quick_decode(s: &Arc<CudaStream>) {
                 let s0 = attn::decode_splits(rows, dims, ctxlen);
                 let sl = attn::decode_splits_long_context(rows, dims, ctxlen);
                 let mut cands = vec![s0];
+                // DELTAKIT_BENCH_DECODE_CANDS=pick: the explicit variants only at the split count
+                // Auto picks from s0 (the launcher's balance rule at 132 SMs), for A / B runs of
+                // a new default against the old one at the same grid.
+                let only_pick =
+                    std::env::var("DELTAKIT_BENCH_DECODE_CANDS").is_ok_and(|v| v == "pick");
+                let pick = auto_pick_splits(rows * hkv, s0, 132);
                 // (2, 4, 8: one / two CTAs per SM at 16 rows, and the cluster variants' range.)
-                for m in [sl, s0 / 2, 2 * s0, 4 * s0, 2, 4, 8] {
+                let more: Vec<usize> =
+                    if only_pick { vec![pick] } else { vec![sl, s0 / 2, 2 * s0, 4 * s0, 2, 4, 8] };
+                for m in more {
                     if (1..=ctxlen.div_ceil(64).min(1024)).contains(&m) && !cands.contains(&m) {
                         cands.push(m);
                     }
@@ -479,15 +497,23 @@ fn quick_decode(s: &Arc<CudaStream>) {
                 // twins 8, 10, 11 (the bulk-copy variants 4-7 measured slower in session 3).
                 let var_env = std::env::var("DELTAKIT_BENCH_DECODE_VARIANTS")
                     .unwrap_or_else(|_| "0,2,3,8,10,11".into());
-                let vars: Vec<u8> = if var_env.contains(',') {
-                    var_env.split(',').filter_map(|v| v.trim().parse().ok()).collect()
+                // ("a" in the list: Auto at that place, for interleaved A / B samples.)
+                let mut kernels: Vec<(DecodeKernel, String)> = if var_env.contains(',') {
+                    var_env
+                        .split(',')
+                        .filter_map(|v| match v.trim() {
+                            "a" => Some((DecodeKernel::Auto, "sm90".to_string())),
+                            t => t
+                                .parse::<u8>()
+                                .ok()
+                                .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}"))),
+                        })
+                        .collect()
                 } else {
-                    (0..=var_env.trim().parse::<u8>().unwrap_or(11)).collect()
+                    (0..=var_env.trim().parse::<u8>().unwrap_or(11))
+                        .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}")))
+                        .collect()
                 };
-                let mut kernels: Vec<(DecodeKernel, String)> = vars
-                    .into_iter()
-                    .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}")))
-                    .collect();
                 kernels.push((DecodeKernel::Triton, "triton".into()));
                 kernels.push((DecodeKernel::Auto, "sm90".into()));
                 for (kernel, kname) in &kernels {
@@ -510,10 +536,18 @@ fn quick_decode(s: &Arc<CudaStream>) {
                         .unwrap();
                     };
                     let sweep: &[usize] =
-                        if *kernel == DecodeKernel::Auto { &cands[..1] } else { &cands };
+                        if *kernel == DecodeKernel::Auto || only_pick && cands.len() > 1 {
+                            if *kernel == DecodeKernel::Auto {
+                                &cands[..1]
+                            } else {
+                                &cands[1..]
+                            }
+                        } else {
+                            &cands
+                        };
                     for (i, &splits) in sweep.iter().enumerate() {
                         let tag = match i {
-                            0 => "_heuristic",
+                            0 if splits == s0 => "_heuristic",
                             _ if splits == sl => "_long",
                             _ => "",
                         };
@@ -555,52 +589,65 @@ fn quick_decode(s: &Arc<CudaStream>) {
                             .and_then(|v| v.parse::<usize>().ok())
                             .unwrap_or(4)
                             .min(most);
-                        let _ = attn::decode_sm90_timeline(0, 0);
-                        let t = graph_time(s, || {
-                            attn::decode_with(
-                                DecodeKernel::Sm90Variant(12),
-                                s,
-                                &q,
-                                &kc,
-                                &vc,
-                                dims,
-                                kv,
-                                (&dlens, &lens),
-                                (&dtab, &table),
-                                None,
-                                splits,
-                                &mut ws,
-                                &mut out,
+                        // DELTAKIT_BENCH_TIMELINE_DECODE_VARIANTS: the timeline variants (12 =
+                        // tiles of 0, 22 = 18: strided splits + lean combine); default 12.
+                        let tlvs: Vec<u8> =
+                            std::env::var("DELTAKIT_BENCH_TIMELINE_DECODE_VARIANTS")
+                                .unwrap_or_else(|_| "12".into())
+                                .split(',')
+                                .filter_map(|v| v.trim().parse().ok())
+                                .collect();
+                        for tlv in tlvs {
+                            let _ = attn::decode_sm90_timeline(0, 0);
+                            let t = graph_time(s, || {
+                                attn::decode_with(
+                                    DecodeKernel::Sm90Variant(tlv),
+                                    s,
+                                    &q,
+                                    &kc,
+                                    &vc,
+                                    dims,
+                                    kv,
+                                    (&dlens, &lens),
+                                    (&dtab, &table),
+                                    None,
+                                    splits,
+                                    &mut ws,
+                                    &mut out,
+                                )
+                                .unwrap();
+                            });
+                            if let Some(secs) = t {
+                                emit(
+                                    "attn_decode",
+                                    &id,
+                                    &format!("sm90v{tlv}_s{splits}"),
+                                    secs,
+                                    bytes,
+                                    "GB/s",
+                                );
+                            }
+                            s.synchronize().unwrap();
+                            let ctas = rows * hkv * splits;
+                            let (sp, mg) = attn::decode_sm90_timeline(ctas, rows * hq).unwrap();
+                            let mut txt = String::new();
+                            for r in sp.chunks(attn::DECODE_TIMELINE_FIELDS) {
+                                let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                                txt.push_str(&line.join(" "));
+                                txt.push('\n');
+                            }
+                            txt.push_str("merge\n");
+                            for r in mg.chunks(attn::DECODE_TIMELINE_FIELDS) {
+                                let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                                txt.push_str(&line.join(" "));
+                                txt.push('\n');
+                            }
+                            std::fs::write(
+                                format!("{dir}/tld_{}_v{tlv}.txt", id.replace('/', "_")),
+                                txt,
                             )
                             .unwrap();
-                        });
-                        if let Some(secs) = t {
-                            emit(
-                                "attn_decode",
-                                &id,
-                                &format!("sm90v12_s{splits}"),
-                                secs,
-                                bytes,
-                                "GB/s",
-                            );
                         }
-                        s.synchronize().unwrap();
-                        let ctas = rows * hkv * splits;
-                        let (sp, mg) = attn::decode_sm90_timeline(ctas, rows * hq).unwrap();
-                        let mut txt = String::new();
-                        for r in sp.chunks(attn::DECODE_TIMELINE_FIELDS) {
-                            let line: Vec<String> = r.iter().map(u64::to_string).collect();
-                            txt.push_str(&line.join(" "));
-                            txt.push('\n');
-                        }
-                        txt.push_str("merge\n");
-                        for r in mg.chunks(attn::DECODE_TIMELINE_FIELDS) {
-                            let line: Vec<String> = r.iter().map(u64::to_string).collect();
-                            txt.push_str(&line.join(" "));
-                            txt.push('\n');
-                        }
-                        std::fs::write(format!("{dir}/tld_{}.txt", id.replace('/', "_")), txt)
-                            .unwrap();
                     }
                 }
             }

@@ -770,6 +770,9 @@ fn check_decode_case(
             // (static prefix + chunks claimed from a global counter) and 14 / 15 (all claimed)
             // likewise in session 9.
             kernels.extend([13, 14, 15, 16, 17].map(DecodeKernel::Sm90Variant));
+            // 18-21, 23, 24 (strided splits, lean combine): every decode test, memcheck and
+            // racecheck passed on an H200 (session 12; 23 is Auto's pick at <= 8 splits).
+            kernels.extend([18, 19, 20, 21, 23, 24].map(DecodeKernel::Sm90Variant));
         }
     }
     if t_new == 1 {
@@ -998,7 +1001,7 @@ fn decode_rejects_bad_arguments() {
     let q1 = s.clone_htod(&vec![bf16::ONE; 2 * 4 * 128]).unwrap();
     // A tile variant the sm90 decode kernel does not have.
     let e = attn::decode_with(
-        DecodeKernel::Sm90Variant(18),
+        DecodeKernel::Sm90Variant(25),
         &s,
         &q1,
         &kc,

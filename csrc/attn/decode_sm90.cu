@@ -97,7 +97,32 @@ namespace attn_dec {
 // than 0 / 3 (TP2 4k / 16: 16 s4 40.0 vs 0 s4 37.7 us; 17 s9 42.4 vs 3 s9 40.4). Not promoted;
 // why the static-prefix form loses too (round-robin chunks instead of a contiguous range per
 // split? the tail's atomics when every warp reaches it together?) is not measured.
-constexpr int kVariants = 18;
+// Variants 18-21 (session 12, ST = strided splits, LE = lean combine): split s of S takes the
+// tiles s, s + S, s + 2S, ... of the context instead of one contiguous range, so the positions of
+// its first STAGES tiles do not depend on seq_len: their page-table entries are loaded right at
+// entry, together with seq_len (bounded by the table row, max_pages * page_size; positions >=
+// seq_len are dropped once it lands) -- one dependent L2 round trip less before the first K/V
+// copies (the contiguous split's first position needs seq_len). Tile counts per split as before
+// (equal +-1); the log-sum-exp merge is order-independent. LE: the end-of-CTA combine writes
+// only the accumulator rows < G * T to shared memory (at G * T <= 8 the second half of the
+// m16 tile is padding: half the stores). 18 = tiles of 0 + ST + LE, 19 = tiles of 2 + ST + LE,
+// 20 = tiles of 3 + ST + LE, 21 = tiles of 0 + ST (no LE: attribution), 22 = 18 recording the
+// timeline of variant 12 (measurement; hd 256 only, 0 at hd 128).
+// H200, session 12: correct, sanitizer-clean; 18 vs 0 -0.7% at TP2 4k / 16 rows, -0.3..-3% at most
+// shapes, but +16% at TP2 4k / 1 row (62 splits of 64 tiles: the contiguous split leaves 30 of
+// them empty, the strided one makes all 62 live -> twice the partials and merge work).
+// Variants 23 / 24 (session 12, STE): ST with the contiguous split's live split count: per =
+// ceil(tiles / S), L = ceil(tiles / per) splits take tiles s, s + L, ... (splits >= L empty, as
+// with contiguous ranges); only tile 0's page-table entries (position s * BN, independent of
+// seq_len) are loaded at entry, the other stages' after seq_len. 23 = tiles of 2 + STE + LE,
+// 24 = tiles of 0 + STE + LE.
+constexpr int kVariants = 25;
+template <int VAR>
+constexpr bool kSt = VAR >= 18 && VAR <= 24;
+template <int VAR>
+constexpr bool kSte = VAR == 23 || VAR == 24;
+template <int VAR>
+constexpr bool kLe = (VAR >= 18 && VAR <= 20) || VAR >= 22;
 template <int VAR>
 constexpr bool kDyn = VAR >= 13 && VAR <= 17;
 template <int VAR>
@@ -108,13 +133,16 @@ constexpr int kGdynRegions = 64;
 constexpr int kGdynGroups = 4096;
 // GDYN counters: region r, group g (= row * HKV + kv head): words 2 g (claims), 2 g + 1 (done).
 __device__ unsigned int g_dec_gdyn[kGdynRegions * kGdynGroups * 2];
-// Tile configuration of a variant (13 / 14 use the tiles of 0, 15 those of 3).
+// Tile configuration of a variant (13 / 14 / 16 / 18 / 21 use the tiles of 0, 19 those of 2, 15 / 17 / 20 those of 3).
 template <int VAR>
-constexpr int kTileOf = (VAR == 13 || VAR == 14 || VAR == 16) ? 0 : ((VAR == 15 || VAR == 17) ? 3 : VAR);
+constexpr int kTileOf =
+    (VAR == 13 || VAR == 14 || VAR == 16 || VAR == 18 || VAR == 21 || VAR == 22 || VAR == 24)
+        ? 0
+        : ((VAR == 15 || VAR == 17 || VAR == 20) ? 3 : ((VAR == 19 || VAR == 23) ? 2 : VAR));
 template <int VAR>
 constexpr bool kCluster = VAR >= 8 && VAR < 12;
 template <int VAR>
-constexpr bool kTl = VAR == 12;
+constexpr bool kTl = VAR == 12 || VAR == 22;
 // Timeline of variant 12 (dk_attn_decode_sm90_timeline): kDecTlFields words per split CTA at its
 // linear index (x fastest; at most kDecTlCtas): 0 = SM id | tiles << 32, then %globaltimer ns at
 // entry, after griddepcontrol.wait, Q landed, main loop done, partials written; after them one
@@ -367,11 +395,39 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   const int G = a.group;
   const int rows_m = G * T;
   const int seq_len = a.seq_lens[n];
+  // ST: the page-table entries of this split's first STAGES tiles (tiles split + st * S), loaded
+  // before seq_len is used (the loads go out together); positions past the table row are skipped
+  // here, those >= seq_len dropped below once seq_len is known.
+  constexpr bool ST = kSt<VAR>;
+  constexpr bool STE = kSte<VAR>;
+  // Stages looked up at entry (STE: tile 0 only; its stride needs seq_len).
+  constexpr int EARLY = ST ? (STE ? 1 : Cfg<HD, VAR>::STAGES) : 1;
+  [[maybe_unused]] int st_pages[EARLY];
+  [[maybe_unused]] int st_slots[EARLY];
+  if constexpr (ST) {
+    const int* table_row = a.table + int64_t(n) * a.max_pages;
+    const int ps = a.page_size;
+    const int64_t cap = int64_t(a.max_pages) * ps;
+#pragma unroll
+    for (int st = 0; st < EARLY; ++st) {
+      const int64_t p64 = (int64_t(split) + int64_t(st) * a.splits) * BN + warp * 16 + (lane & 15);
+      st_pages[st] = -1;
+      st_slots[st] = 0;
+      if (lane < 16 && p64 < cap) {
+        const int pos = int(p64);
+        const int pi = pos / ps;
+        st_slots[st] = pos - pi * ps;
+        st_pages[st] = __ldg(table_row + pi);
+      }
+    }
+  }
   constexpr bool DYN = kDyn<VAR>;
   [[maybe_unused]] constexpr bool GDYN = kGdyn<VAR>;
   int lo = 0;
   int hi = 0;
-  if (seq_len > 0) {
+  if constexpr (ST) {
+    hi = seq_len > 0 ? seq_len : 0;  // ST: every split spans the whole context, strided
+  } else if (seq_len > 0) {
     const int tiles = (seq_len + BN - 1) / BN;
     const int per = (tiles + a.splits - 1) / a.splits;
     // DYN: the cluster of splits [C g, C g + C) shares the union of their static ranges, claimed
@@ -381,7 +437,24 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     lo = min(first * per * BN, seq_len);
     hi = min(lo + cnt * per * BN, seq_len);
   }
-  const int ntiles = hi > lo ? (DYN ? 1 : (hi - lo + BN - 1) / BN) : 0;
+  // ST: tiles split, split + S, ... below ceil(seq_len / BN).
+  // STE: the stride is the contiguous split's live split count L (splits >= L empty).
+  [[maybe_unused]] int ste_l = 1;
+  if constexpr (STE) {
+    const int tiles = (hi + BN - 1) / BN;
+    const int per = (tiles + a.splits - 1) / a.splits;
+    ste_l = per > 0 ? (tiles + per - 1) / per : 1;
+  }
+  const int ntiles =
+      STE ? ((hi + BN - 1) / BN > split && split < ste_l ? ((hi + BN - 1) / BN - split + ste_l - 1) / ste_l : 0)
+      : ST ? ((hi + BN - 1) / BN > split ? ((hi + BN - 1) / BN - split + a.splits - 1) / a.splits : 0)
+           : (hi > lo ? (DYN ? 1 : (hi - lo + BN - 1) / BN) : 0);
+  // ST: first position of this split's tile i (int64: S * BN may be large), clamped to hi so that
+  // a look-ahead past the last tile stays in int range and loads nothing.
+  [[maybe_unused]] auto st_tile0 = [&](int i) -> int {
+    const int64_t p = (int64_t(split) + int64_t(i) * (STE ? ste_l : a.splits)) * BN;
+    return p < int64_t(hi) ? int(p) : hi;
+  };
   if constexpr (TL) {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
@@ -551,12 +624,27 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     if constexpr (DYN) {
       pf_starts[st] = dyn_start(dyn_claim());
       if (lane == 0) dyn_ring[st] = pf_starts[st];
+    } else if constexpr (ST) {
+      pf_starts[st] = st_tile0(st) + warp * 16;
     } else {
       pf_starts[st] = lo + st * BN + warp * 16;
     }
-    prefetch(pf_starts[st]);
-    pf_pages[st] = pf_page;
-    pf_slots[st] = pf_slot;
+    if constexpr (ST) {
+      if (st < EARLY) {
+        // Looked up at entry; positions >= seq_len dropped now.
+        const bool in = int64_t(split + int64_t(st) * a.splits) * BN + warp * 16 + (lane & 15) < int64_t(hi);
+        pf_pages[st] = in ? st_pages[st < EARLY ? st : 0] : -1;
+        pf_slots[st] = st_slots[st < EARLY ? st : 0];
+      } else {
+        prefetch(pf_starts[st]);  // STE: stages >= 1 after seq_len
+        pf_pages[st] = pf_page;
+        pf_slots[st] = pf_slot;
+      }
+    } else {
+      prefetch(pf_starts[st]);
+      pf_pages[st] = pf_page;
+      pf_slots[st] = pf_slot;
+    }
   }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
@@ -644,13 +732,13 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
       __syncwarp();  // the warp's slice of tile `it` landed; its slice of stage (it-1) % S is free
       if (it + STAGES - 1 < ntiles) {
         issue((it + STAGES - 1) % STAGES);
-        prefetch(lo + (it + STAGES) * BN + warp * 16);
+        prefetch(ST ? st_tile0(it + STAGES) + warp * 16 : lo + (it + STAGES) * BN + warp * 16);
       }
       cp_async_commit();
     }
     const uint32_t sk = s_kv + (it % STAGES) * 2 * TILE_B;
     const uint32_t sv = sk + TILE_B;
-    const int tile0 = lo + it * BN;
+    const int tile0 = ST ? st_tile0(it) : lo + it * BN;
     // S = Q K^T over the warp's 16 positions (two n8 tiles).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -777,12 +865,19 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
   };
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    // LE: rows >= G * T are padding (never read below): rows 8..15 skipped by the whole warp when
+    // G * T <= 8, the others per lane.
+    if constexpr (kLe<VAR>) {
+      if (8 * h >= rows_m) continue;
+    }
     const float big = row_max(r0 + 8 * h);
     const float f = m_run[h] == -INFINITY ? 0.f : fast_exp2(m_run[h] - big);
     float* dst = obuf + (warp * 16 + r0 + 8 * h) * OBS + 2 * qd;
+    if (!kLe<VAR> || r0 + 8 * h < rows_m) {
 #pragma unroll
-    for (int j = 0; j < HD / 8; ++j) {
-      *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h] * f, acc[j][2 * h + 1] * f);
+      for (int j = 0; j < HD / 8; ++j) {
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h] * f, acc[j][2 * h + 1] * f);
+      }
     }
   }
   __syncthreads();
@@ -1167,8 +1262,8 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
 // Automatic configuration (variant -1): the split count s <= num_splits whose CTA count
 // W * s (W = rows x kv heads) spreads most evenly over the SMs (CTAs / (ceil(CTAs / SMs) * SMs),
 // the smallest s within 0.04 of the best), then variant 0 (4 warps x 3 stages, the most bytes in
-// flight per CTA) when that is at most one CTA per SM, else variant 3 (2 warps x 2 stages, three
-// CTAs per SM). From the H200 sweep of 2026-12-01: e.g. 27B TP1 16 rows -> 2 splits of variant 0
+// flight per CTA) when that is at most one CTA per SM (23 since session 12 when also s <= 8), else
+// variant 3 (2 warps x 2 stages, three CTAs per SM). From the H200 sweep of 2026-12-01: e.g. 27B TP1 16 rows -> 2 splits of variant 0
 // (128 CTAs), 64 rows -> 1 split of variant 3 (256 CTAs), 1 row -> 32-33 splits of variant 0.
 // Depends only on rows, kv heads, num_splits and the SM count: fixed per CUDA-graph bucket.
 struct Pick {
@@ -1191,7 +1286,11 @@ inline Pick auto_config(int64_t rows, int64_t hkv, int64_t max_splits, int sms) 
       break;
     }
   }
-  return Pick{(w * pick + sms - 1) / sms <= 1 ? 0 : 3, pick};
+  // Session 12: at one CTA per SM and <= 8 splits (rows >= 16 at 27B) variant 23 (tiles of 2,
+  // strided splits over the live split count, lean combine): H200, same call, 0.2-1.3% faster than
+  // 0 at the six such shapes of the issue's sweep; with more splits (rows 1) 0 stays (24 there:
+  // -2..+0.8%). Else 3.
+  return Pick{(w * pick + sms - 1) / sms <= 1 ? (pick <= 8 ? 23 : 0) : 3, pick};
 }
 
 // Multiprocessor count of `dev`, cached (0 if unknown).
@@ -1288,7 +1387,19 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<128, 16>(*p, s);
         case 17:
           return d::launch<128, 17>(*p, s);
-        default:  // 12: the timeline variant is built at head dim 256 only
+        case 18:
+          return d::launch<128, 18>(*p, s);
+        case 19:
+          return d::launch<128, 19>(*p, s);
+        case 20:
+          return d::launch<128, 20>(*p, s);
+        case 21:
+          return d::launch<128, 21>(*p, s);
+        case 23:
+          return d::launch<128, 23>(*p, s);
+        case 24:
+          return d::launch<128, 24>(*p, s);
+        default:  // 12 / 22: the timeline variants are built at head dim 256 only
           return d::launch<128, 0>(*p, s);
       }
     case 256:
@@ -1327,6 +1438,20 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
           return d::launch<256, 16>(*p, s);
         case 17:
           return d::launch<256, 17>(*p, s);
+        case 18:
+          return d::launch<256, 18>(*p, s);
+        case 19:
+          return d::launch<256, 19>(*p, s);
+        case 20:
+          return d::launch<256, 20>(*p, s);
+        case 21:
+          return d::launch<256, 21>(*p, s);
+        case 23:
+          return d::launch<256, 23>(*p, s);
+        case 24:
+          return d::launch<256, 24>(*p, s);
+        case 22:
+          return d::launch<256, 22>(*p, s);
         default:
           return d::launch<256, 12>(*p, s);
       }

@@ -829,10 +829,11 @@ pub fn decode_uses_sm90_kernel_if_possible() -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeKernel {
     /// The sm_90 CUDA kernel (`dk_attn_decode_sm90`) where the device runs it (compute
-    /// capability 9.0 and a build with `90a`), else Triton. Its launcher picks the tile variant (0
-    /// or 3) and may use fewer context splits than `num_splits` (never more; the split count
-    /// whose CTAs spread most evenly over the SMs), from rows x kv heads and the SM count only, so
-    /// the choice is fixed per CUDA-graph bucket.
+    /// capability 9.0 and a build with `90a`), else Triton. Its launcher picks the tile variant
+    /// (23 at one CTA per SM and <= 8 splits, since session 12; 0 at one CTA per SM and more
+    /// splits; else 3) and may use fewer context splits than `num_splits` (never more; the split
+    /// count whose CTAs spread most evenly over the SMs), from rows x kv heads and the SM count
+    /// only, so the choice is fixed per CUDA-graph bucket.
     Auto,
     /// The sm_90 CUDA kernel with an explicit tile configuration
     /// (`DkAttnDecodeSm90Params::variant`, ignored at head dim 64), else Triton. Each warp owns 16
@@ -862,8 +863,20 @@ pub enum DecodeKernel {
     /// once on different streams may share a region and give wrong results (measurement only);
     /// H200 (session 9): 7-10% slower than 0 / 3 (opt-in). 16 / 17: 14 / 15 with a static
     /// prefix (the first 3/4 of the chunks dealt round-robin to the group's warps without
-    /// atomics, only the rest claimed): 5-6% slower than 0 / 3 (opt-in). Same results up to
-    /// rounding. Values above 17 are rejected
+    /// atomics, only the rest claimed): 5-6% slower than 0 / 3 (opt-in). 18-21 (session 12,
+    /// strided splits): split `s` of `S` takes the tiles `s, s + S, s + 2S, ...` of the context, so
+    /// the page-table entries of its first tiles are loaded at entry together with `seq_lens`
+    /// (one dependent round trip less before the first K/V copies), and (18-20) the end-of-CTA
+    /// combine writes only the accumulator rows below `G * T`: 18 = tiles of 0, 19 = tiles of
+    /// 2, 20 = tiles of 3, 21 = tiles of 0 without the lean combine, 22 = 18 recording the
+    /// timeline of 12 (measurement; 0 at head dim 128). H200 (session 12): 18 0.7% faster than 0
+    /// at 27B TP2 4k / 16 rows and 0.3-3% at most shapes, but 16% slower at TP2 4k / 1 row (62
+    /// splits of 64 tiles all live, where contiguous ranges leave 30 empty); 19 1.5% faster than
+    /// 0 at TP2 4k / 16 (opt-in). 23 / 24: the strided split over the contiguous split's live
+    /// split count (`L = ceil(tiles / ceil(tiles / S))`; only tile 0 looked up at entry) + lean
+    /// combine, tiles of 2 / 0; H200 (session 12): correct and sanitizer-clean; 23 0.2-1.3%
+    /// faster than 0 at the rows-16 / 64 shapes of one CTA per SM (Auto's pick there), 24 -2..+0.8%
+    /// at rows 1 (not used by Auto). Same results up to rounding. Values above 24 are rejected
     /// ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).
@@ -871,13 +884,13 @@ pub enum DecodeKernel {
 }
 
 /// The largest tile variant `dk_attn_decode_sm90` accepts.
-const DECODE_SM90_MAX_VARIANT: u8 = 17;
+const DECODE_SM90_MAX_VARIANT: u8 = 24;
 
 /// Words per split CTA (and per merge block) in [`decode_sm90_timeline`].
 pub const DECODE_TIMELINE_FIELDS: usize = 6;
 
-/// Measurement hook of the sm_90 decode variant 12 ([`DecodeKernel::Sm90Variant`]): the records
-/// of its launches since the last call, [`DECODE_TIMELINE_FIELDS`] words per split CTA at its
+/// Measurement hook of the sm_90 decode variants 12 / 22 ([`DecodeKernel::Sm90Variant`]): the
+/// records of their launches since the last call, [`DECODE_TIMELINE_FIELDS`] words per split CTA at its
 /// linear grid index (row fastest, then kv head, then split; at most 4096): 0 = SM id | tiles <<
 /// 32, then `%globaltimer` nanoseconds at entry, after the grid-dependency wait, Q landed, main
 /// loop done, partials written; followed by 4096 records of the merge blocks (entry, after the
@@ -905,9 +918,9 @@ pub fn decode_sm90_timeline(ctas: usize, merge_blocks: usize) -> Result<(Vec<u64
     Ok((split, merge))
 }
 
-/// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 0 or 3
-/// and a split count <= `num_splits` from rows x kv heads and the SM count (H200 sweep,
-/// docs/benchmarks/2026-12-01-attn-s3.md).
+/// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 23, 0
+/// or 3 and a split count <= `num_splits` from rows x kv heads and the SM count (H200 sweeps,
+/// docs/benchmarks/2026-12-01-attn-s3.md, docs/benchmarks/2026-12-02-attn-decode-s12.md).
 const DECODE_SM90_AUTO_VARIANT: i32 = -1;
 
 /// Paged decode attention, split-K ("flash decoding"): row `i`'s single query (absolute position
@@ -963,7 +976,7 @@ pub fn decode(
 
 /// [`decode`] with an explicit kernel choice (tests and benches compare the kernels in one
 /// process; `DELTAKIT_ATTN_DECODE` is not read). Same arguments, semantics and errors, plus
-/// [`Error::Shape`] naming `kernel` for a tile variant above 17.
+/// [`Error::Shape`] naming `kernel` for a tile variant above 24.
 ///
 /// # Errors
 /// As [`decode`].
@@ -1128,7 +1141,7 @@ fn decode_impl(
     }
     if let DecodeKernel::Sm90Variant(v) = kernel {
         if v > DECODE_SM90_MAX_VARIANT {
-            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=17", v));
+            return Err(Error::shape(op, "kernel", "an sm90 decode variant in 0..=24", v));
         }
     }
     let n = seq_lens.1.len();
