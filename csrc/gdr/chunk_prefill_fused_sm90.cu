@@ -240,6 +240,8 @@ constexpr uint32_t kLpX = 24576;                   // 4 x f32 [16][24] level scr
 constexpr int kSpFull = 1;                         // + stage (state kernel)
 constexpr int kSpEmpty = 4;                        // + stage
 constexpr int kOvlLd = 7;                          // overlap: the 128 loader threads agree on a chunk's verdict
+constexpr int kPpTurn = 8;                         // + warpgroup: the pair ping-pong's turn barriers (state kernel)
+constexpr int kPpFull1 = 10;                       // + stage: the pair ping-pong's FULL barrier of warpgroup 1
 static_assert(kLpX + 4 * 16 * kLdX * 4 <= 32768 && kOP + 8192 <= kLpX, "local pass aliasing");
 #endif
 constexpr uint32_t kLpSmem = 32768 + kNumVec * 256 + 2 * 64 * kLd * 4;  // 71,936: 3 CTAs / SM
@@ -1057,6 +1059,20 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // s0's split under S1 was serialized by ptxas (C7514): wgmma groups in flight across the loop's back edge.)
   constexpr bool kS2G = (VAR & 33554432) != 0;
   static_assert(!kS2G || (kStsmO && kChain && (VAR & 512) == 0 && !kProf), "two X groups: chain form, unprofiled");
+  // kPP (VAR & 134217728; session 12, opt-in, gdr-state; the pair CTA only): ping-pong of the two state warpgroups on
+  // the tensor pipe. Without it both warpgroups bar.sync one FULL barrier per chunk (384 threads) and so run in
+  // lockstep: their X groups interleave on each SMSP's in-order tensor pipe and end together, then both run their
+  // CUDA-core phases (E, va / (v kdec) split, output staging, S split) at once while the pipe idles. With it: (1) each
+  // warpgroup has its own FULL barrier per stage (warpgroup 0: kSpFull + stage, 1: kPpFull1 + stage; 256 threads, the
+  // loaders arrive on both), so the warpgroups drift apart (by < 2 chunks: the stage release still needs both);
+  // (2) the wgmma groups take turns: warpgroup w bar.syncs kPpTurn + w before the wgmma.fence of each of its three
+  // groups (X / S Q^T; v; O + S update) and bar.arrives kPpTurn + 1 - w after the group's commit, so the pipe runs
+  // X0 X1 v0 v1 OS0 OS1 X0' ... and one warpgroup's CUDA-core phase issues while the other's group runs. Warpgroup 1
+  // arrives once on kPpTurn before its loop, warpgroup 0 syncs once more after its loop (the counts balance). The turn
+  // barriers order only issue; no data passes between the warpgroups (each has its own V tile, staging, state).
+  constexpr bool kPP = (VAR & 134217728) != 0;
+  static_assert(!kPP || (kPair && kChain && kMbarEmpty && !kS2G && (VAR & 512) == 0 && !kProf),
+                "ping-pong: pair CTA, chain form, mbarrier release, no overlap, unprofiled");
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
@@ -1222,7 +1238,12 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         }
       } else {
         cp_async_wait_all();
-        bar_arrive(kSpFull + st, 32 * (kSW + 4));
+        if constexpr (kPP) {  // one FULL barrier per state warpgroup
+          bar_arrive(kSpFull + st, 256);
+          bar_arrive(kPpFull1 + st, 256);
+        } else {
+          bar_arrive(kSpFull + st, 32 * (kSW + 4));
+        }
       }
     }
     if constexpr (kAhead) {
@@ -1239,6 +1260,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   const int sw = kPair ? (warp & 3) : warp;
   const int col0 = colb + (kPair ? (warp >> 2) * kBV : 0);  // this warpgroup's 64 value columns
   const uint32_t kOVw = kOV + (kPair ? uint32_t(warp >> 2) * 8192u : 0u);  // its V tile in the stage
+  [[maybe_unused]] const int wgi = kPair ? (warp >> 2) : 0;  // the state warpgroup (kPP)
   float s0[8][4], s1[8][4];  // S^T columns k 0..63 (panel 0) and 64..127 (panel 1)
 #define DK_S(nt, i) ((nt) < 8 ? s0[(nt) & 7][i] : s1[(nt) & 7][i])
   float* sp = reinterpret_cast<float*>(p.state) + (slot * HV + hv) * (int64_t(kK) * V) + col0;
@@ -1284,6 +1306,9 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         bar_arrive(kSpEmpty + rst, 32 * (kSW + 4));
     }
   };
+  if constexpr (kPP) {  // warpgroup 0 takes the first turn
+    if (wgi == 1) bar_arrive(kPpTurn, 256);
+  }
   if constexpr (kProf) tp = clock64();
   bool aborted = false;  // overlap: the loaders stopped (s_ovl[2 + stage])
   const long long tstart = tp;
@@ -1308,7 +1333,10 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     for (int i = 0; i < 8; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) x[i][j] = o[i][j] = 0.f;
-    bar_sync(kSpFull + st, 32 * (kSW + 4));
+    if constexpr (kPP)
+      bar_sync((wgi != 0 ? kPpFull1 : kSpFull) + st, 256);
+    else
+      bar_sync(kSpFull + st, 32 * (kSW + 4));
     if constexpr (kOvl) {
       if (*reinterpret_cast<volatile int*>(s_ovl + 2 + st) != 0) {  // the loaders stopped here: no state store below
         aborted = true;
@@ -1327,6 +1355,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     }
     fence_acc(x);
     fence_acc(o);
+    if constexpr (kPP) bar_sync(kPpTurn + wgi, 256);  // this warpgroup's turn on the tensor pipe
     wg_fence();
     uint32_t vr[4][4];
     if constexpr (kS2G) {
@@ -1369,6 +1398,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         if constexpr (kLo) wg_rs<0>(x, al[kb], dkq);
       }
       wg_commit();
+      if constexpr (kPP) bar_arrive(kPpTurn + 1 - wgi, 256);  // the other warpgroup's turn
 #pragma unroll
       for (int kb = 0; kb < 4; ++kb) ldsm4t(a_a_km(sin + kOVw, 16 * kb, 16 * sw, 128, lane), vr[kb]);
       if constexpr (kDeferO) {  // chunk c - 1's rows (full: n = 64) under the X group; then the staging is free
@@ -1428,6 +1458,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       fence_frag(el[kb]);
     }
     fence_acc(vn);
+    if constexpr (kPP) bar_sync(kPpTurn + wgi, 256);
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
@@ -1439,6 +1470,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       }
     }
     wg_commit();
+    if constexpr (kPP) bar_arrive(kPpTurn + 1 - wgi, 256);
     const float gl = vec[kMisc * 64];
     // kS2G: the S update accumulates s1's half into u1 (= e^{g_last} s1), copied back to s1 by a CUDA-core add after
     // the S wait: ptxas tracks "defined by GMMA" per PTX register, and s1 is read under the next chunk's first X group
@@ -1516,6 +1548,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     fence_acc(o);
     fence_acc(s0);
     fence_acc(s1w);
+    if constexpr (kPP) bar_sync(kPpTurn + wgi, 256);
     wg_fence();
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) wg_rs<0>(o, va[kb], wg_desc(sstg + kOP + 32u * kb, 16, 1024));
@@ -1534,6 +1567,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         }
       }
       wg_commit();
+      if constexpr (kPP) bar_arrive(kPpTurn + 1 - wgi, 256);
       wg_wait<1>();  // the O group (committed first) is done; the S update may still run
     }
     fence_acc(o);
@@ -1606,6 +1640,9 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     }
   }
 #undef DK_MARK
+  if constexpr (kPP) {  // warpgroup 1's arrival after its last group
+    if (wgi == 0) bar_sync(kPpTurn, 256);
+  }
   if constexpr (kDeferO) {  // the last chunk's staged rows (its stmatrix and __syncwarp ran in the loop)
     if (nc > 0) {
       const int64_t tl = bos + (nc - 1) * kC;
@@ -1838,10 +1875,10 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   // BASE: 209, or 721 (the overlap); L4: the local pass at 4 CTAs / SM (bit 16384, on 209 only)
   // MB: the mbarrier stage release (bit 65536, on 28881 only: 94417) in every state kernel this launch takes
   // SO: the stmatrix output store (bit 2097152, session 10 opt-in) in every state kernel this launch takes
-  // + the deferred output store (bit 16777216) / two X groups (33554432) (session 11 opt-in), likewise; PD (bit
-  // 67108864, session 11): read by launch_split only (the pair route's own form)
+  // + the deferred output store (bit 16777216) / two X groups (33554432) (session 11 opt-in), likewise; PD (bits
+  // 67108864, session 11, and 134217728, session 12): read by launch_split only (the pair route's own forms)
   constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384),
-                SO = VAR & (2097152 | 16777216 | 33554432), PD = VAR & 67108864,
+                SO = VAR & (2097152 | 16777216 | 33554432), PD = VAR & (67108864 | 134217728),
                 SV = (VAR & 434) | 4096 | MB | SO;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
@@ -1918,12 +1955,14 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   // the bits each kernel reads (1, 2, 64, 16384 / 2, 16, 32, 128, 256, 8192)
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
   // bit 67108864 (session 11, with 2097152): the pair state CTA takes the deferred output store (16777216) and not
-  // the two X groups (33554432); the single CTA ignores it
+  // the two X groups (33554432); the single CTA ignores it. Bit 134217728 (session 12): the pair state CTA's two
+  // warpgroups ping-pong on the tensor pipe (split_wg_kernel kPP); the single CTA ignores it
   constexpr int SV0 = VAR & (434 | 8192 | 32768 | 65536 | 2097152 | 16777216 | 33554432);
   constexpr int LV = VAR & (67 | 16384),
-                SV = kPair && (VAR & 67108864) != 0 ? ((SV0 & ~33554432) | 16777216) : SV0;
+                SV1 = kPair && (VAR & 67108864) != 0 ? ((SV0 & ~33554432) | 16777216) : SV0,
+                SV = SV1 | (kPair ? VAR & 134217728 : 0);
   if constexpr (kPair) {
-    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~(8192 | 67108864))>(a, s);
+    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~(8192 | 67108864 | 134217728))>(a, s);
   }
   if ((VAR & 8) == 0 && (LV & 64) != 0 && (p.variant & 131072) != 0 && a.w.nt > 0) {  // wgmma local pass (159953)
     if (const dk_status st = dk_gdr_split_local_wgmma_sm90(&p, &a.w, s); st != DK_OK) return st;
@@ -1963,10 +2002,10 @@ namespace {
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
 bool split_variant_known(int v) {
   // session 11 (gdr-local): bits 4194304 / 8388608 select forms of the wgmma local pass (read in
-  // chunk_local_wgmma_sm90.cu), on 2060497, 4157649 or 71266513 (gdr-state) only
+  // chunk_local_wgmma_sm90.cu), on 2060497, 4157649, 71266513 (gdr-state) or 205484241 (gdr-state, session 12) only
   if ((v & 12582912) != 0) {
     const int b = v & ~12582912;
-    return b == 2060497 || b == 4157649 || b == 71266513;
+    return b == 2060497 || b == 4157649 || b == 71266513 || b == 205484241;
   }
   if (v == 159953 || v == 225489) return true;  // 28881 / 94417 with the local pass on wgmma (bit 131072; session 9)
   // 225489 + 262144: the wgmma local pass's session-10 form; + 524288 (no epilogue barrier) / + 1048576 (bulk copy-out)
@@ -1976,6 +2015,7 @@ bool split_variant_known(int v) {
   if (v == 54489297) return true;  // 20934865 + 33554432 (and the X product as two commit groups; session 11, opt-in)
   // 4157649 + 67108864 (the pair route with the deferred store) and + 33554432 (the single / CP with two X groups)
   if (v == 71266513 || v == 104820945) return true;  // session 11, opt-in
+  if (v == 205484241) return true;  // 71266513 + 134217728 (the pair CTA's warpgroups ping-pong; session 12, opt-in)
   switch (v) {
     case 0: case 2: case 4: case 5: case 8: case 16: case 17: case 18: case 24: case 48: case 50: case 56:
     case 80: case 81: case 82: case 83: case 84: case 85: case 144: case 146: case 152: case 208: case 209: case 210:
@@ -2031,6 +2071,7 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   if ((p->variant & 12582912) != 0) {  // session 11: the local pass's bits 4194304 / 8388608 (checked above)
     if ((p->variant & ~12582912) == 2060497) return launch_cp<94417>(a, s);
     if ((p->variant & ~12582912) == 71266513) return launch_cp<94417 | 2097152 | 67108864>(a, s);
+    if ((p->variant & ~12582912) == 205484241) return launch_cp<94417 | 2097152 | 67108864 | 134217728>(a, s);
     return launch_cp<94417 | 2097152>(a, s);  // on 4157649
   }
   if (p->variant == 159953) return launch_cp<28881>(a, s);
@@ -2055,6 +2096,10 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // context-parallel state kernels with the two X groups (not the pair: bit 67108864 drops it there)
   if (p->variant == 71266513) return launch_cp<94417 | 2097152 | 67108864>(a, s);
   if (p->variant == 104820945) return launch_cp<94417 | 2097152 | 67108864 | 33554432>(a, s);
+  // 205484241 = 71266513 + 134217728 (session 12, opt-in, gdr-state): and the pair state CTA's two warpgroups take
+  // turns on the tensor pipe (split_wg_kernel kPP; single / context-parallel kernels unchanged); 218067153 = it +
+  // 12582912 (the local-pass forms, above)
+  if (p->variant == 205484241) return launch_cp<94417 | 2097152 | 67108864 | 134217728>(a, s);
   if (p->variant == 32977) return launch_split<32977>(a, s);  // racecheck diagnostic (kSyncEmpty), session 8
   if (p->variant == 65745) return launch_split<65745>(a, s);  // mbarrier stage release (kMbarEmpty), session 8
   if ((p->variant & 16384) != 0) {  // the local pass at 4 CTAs / SM (session 8): on 209 (16593), on 12497 (28881); 94417
