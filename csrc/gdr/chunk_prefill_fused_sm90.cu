@@ -93,6 +93,15 @@ __device__ __forceinline__ void mbar_wait_parity(uint32_t bar, uint32_t parity) 
       "r"(parity)
       : "memory");
 }
+// The state kernel's image by one bulk copy (VAR & 536870912): expect_tx on the stage's mbarrier, then the copy.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
@@ -1073,6 +1082,18 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   constexpr bool kPP = (VAR & 134217728) != 0;
   static_assert(!kPP || (kPair && kChain && kMbarEmpty && !kS2G && (VAR & 512) == 0 && !kProf),
                 "ping-pong: pair CTA, chain form, mbarrier release, no overlap, unprofiled");
+  // kNoLd (VAR & 268435456; session 12, a MEASUREMENT ONLY, WRONG results; pair CTA): the loaders issue no copies (they
+  // still arrive on the FULL barriers), so the state warps run on whatever the stages hold: the chain without loads.
+  constexpr bool kNoLd = (VAR & 268435456) != 0;
+  static_assert(!kNoLd || (kPair && kMbarEmpty && (VAR & 512) == 0), "no-load diagnostic: pair CTA");
+  // kImgBulk (VAR & 536870912; session 12, opt-in, gdr-state): the stage image (26,880 contiguous bytes per chunk and
+  // value head) arrives by ONE bulk copy (TMA, 1-D) issued by loader thread 0 on a per-stage mbarrier (expect_tx)
+  // instead of 1,680 16-byte cp.async; the state warps wait on that mbarrier's phase (acquire) after their FULL barrier
+  // (which still covers the K / Q / V cp.async). The mbarrier of stage st completes phase c / kNs for chunk c; the
+  // loaders re-arm it only after the stage's release, i.e. after every state thread saw the phase.
+  constexpr bool kImgBulk = (VAR & 536870912) != 0;
+  static_assert(!kImgBulk || (kMbarEmpty && !kAhead && (VAR & 512) == 0 && !kNoLd), "bulk image: mbarrier release");
+  __shared__ __align__(8) unsigned long long s_img[kSpNs];
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
   // image's ready flag (bounded spin; on timeout the CTA aborts without writing the state and the fix-up launch,
@@ -1152,6 +1173,9 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   const int64_t nc = (eos - bos + kC - 1) / kC;
   if constexpr (kMbarEmpty) {  // every thread of the CTA passes here (the padding return above is CTA-uniform)
     if (tid < kNs) mbar_init(smem_u32(&s_empty[tid]), 32 * kSW);
+    if constexpr (kImgBulk) {
+      if (tid < kNs) mbar_init(smem_u32(&s_img[tid]), 1);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     __syncthreads();
   }
@@ -1177,30 +1201,34 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       const uint32_t sin = abase + st * kStg;
       const int64_t t0 = bos + c * kC;
       const int n = int(eos - t0 < kC ? eos - t0 : kC);
+      if constexpr (!kNoLd) {  // (kNoLd: no copies)
 #pragma unroll(kPair ? 2 : 8)
-      for (int i = 0; i < 8; ++i) {
-        const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
-        const int rr = row < n ? row : 0;
-        const uint32_t bytes = row < n ? 16u : 0u;
-        const uint32_t off = uint32_t(ch >> 3) * kPan + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
-        cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
-        cp_async16(sin + kQo + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
-      }
-      if constexpr (kPair) {  // two V tiles (the warpgroups' 64-column halves), each laid out as the single one
-#pragma unroll 2
         for (int i = 0; i < 8; ++i) {
           const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
           const int rr = row < n ? row : 0;
-          const uint32_t off = uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
-          cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n ? 16u : 0u);
+          const uint32_t bytes = row < n ? 16u : 0u;
+          const uint32_t off = uint32_t(ch >> 3) * kPan + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+          cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
+          cp_async16(sin + kQo + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
         }
-      } else {
+        if constexpr (kPair) {  // two V tiles (the warpgroups' 64-column halves), each laid out as the single one
+#pragma unroll 2
+          for (int i = 0; i < 8; ++i) {
+            const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+            const int rr = row < n ? row : 0;
+            const uint32_t off =
+                uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+            cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n ? 16u : 0u);
+          }
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
-          const int rr = row < n ? row : 0;
-          const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
-          cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n && !vzero ? 16u : 0u);
+          for (int i = 0; i < 4; ++i) {
+            const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
+            const int rr = row < n ? row : 0;
+            const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
+            cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8,
+                       row < n && !vzero ? 16u : 0u);
+          }
         }
       }
       int64_t pi = cbase + c;
@@ -1228,8 +1256,15 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         }
       }
       const unsigned char* src = reinterpret_cast<const unsigned char*>(args.w.img) + uint64_t(pi * HV + hv) * kStRest;
-      for (int idx = lt; idx < int(kStRest / 16); idx += 128)
-        cp_async16(sin + kIn + 16u * idx, src + 16 * idx, 16u);
+      if constexpr (kImgBulk) {
+        if (lt == 0) {
+          mbar_expect_tx(smem_u32(&s_img[st]), kStRest);
+          bulk_g2s(sin + kIn, src, kStRest, smem_u32(&s_img[st]));
+        }
+      } else if constexpr (!kNoLd) {
+        for (int idx = lt; idx < int(kStRest / 16); idx += 128)
+          cp_async16(sin + kIn + 16u * idx, src + 16 * idx, 16u);
+      }
       cp_async_commit();
       if constexpr (kAhead) {  // two chunks in flight: chunk c - 1's copies landed -> its stage is full
         if (c >= 1) {
@@ -1343,6 +1378,7 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
         break;
       }
     }
+    if constexpr (kImgBulk) mbar_wait_parity(smem_u32(&s_img[st]), uint32_t(c / kNs) & 1u);  // the image landed
     fence_proxy_async_smem();  // the cp.async-written tiles -> the tensor cores' async proxy
     DK_MARK(0)
     // X^T = S^T K^T (S hi + lo), O^T = S_hi^T Q^T: B = K / Q rows (K-major, panel kb / 4, 32 bytes a k16 step).
@@ -1876,9 +1912,10 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   // MB: the mbarrier stage release (bit 65536, on 28881 only: 94417) in every state kernel this launch takes
   // SO: the stmatrix output store (bit 2097152, session 10 opt-in) in every state kernel this launch takes
   // + the deferred output store (bit 16777216) / two X groups (33554432) (session 11 opt-in), likewise; PD (bits
-  // 67108864, session 11, and 134217728, session 12): read by launch_split only (the pair route's own forms)
+  // 67108864, session 11, 134217728 and 268435456, session 12): read by launch_split only (the pair route's own
+  // forms); the bulk image (bit 536870912, session 12) in every state kernel, as SO
   constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384),
-                SO = VAR & (2097152 | 16777216 | 33554432), PD = VAR & (67108864 | 134217728),
+                SO = VAR & (2097152 | 16777216 | 33554432 | 536870912), PD = VAR & (67108864 | 134217728 | 268435456),
                 SV = (VAR & 434) | 4096 | MB | SO;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
@@ -1956,13 +1993,14 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   constexpr bool kPair = (VAR & 8192) != 0;  // two state warpgroups per CTA (128 value columns): V % 128 == 0 only
   // bit 67108864 (session 11, with 2097152): the pair state CTA takes the deferred output store (16777216) and not
   // the two X groups (33554432); the single CTA ignores it. Bit 134217728 (session 12): the pair state CTA's two
-  // warpgroups ping-pong on the tensor pipe (split_wg_kernel kPP); the single CTA ignores it
-  constexpr int SV0 = VAR & (434 | 8192 | 32768 | 65536 | 2097152 | 16777216 | 33554432);
+  // warpgroups ping-pong on the tensor pipe (split_wg_kernel kPP), 268435456 (session 12) its loaders copy nothing
+  // (kNoLd, a measurement); the single CTA ignores both. Bit 536870912 (session 12): the bulk image (kImgBulk)
+  constexpr int SV0 = VAR & (434 | 8192 | 32768 | 65536 | 2097152 | 16777216 | 33554432 | 536870912);
   constexpr int LV = VAR & (67 | 16384),
                 SV1 = kPair && (VAR & 67108864) != 0 ? ((SV0 & ~33554432) | 16777216) : SV0,
-                SV = SV1 | (kPair ? VAR & 134217728 : 0);
+                SV = SV1 | (kPair ? VAR & (134217728 | 268435456) : 0);
   if constexpr (kPair) {
-    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~(8192 | 67108864 | 134217728))>(a, s);
+    if (p.v_dim % (2 * kBV) != 0) return launch_split<(VAR & ~(8192 | 67108864 | 134217728 | 268435456))>(a, s);
   }
   if ((VAR & 8) == 0 && (LV & 64) != 0 && (p.variant & 131072) != 0 && a.w.nt > 0) {  // wgmma local pass (159953)
     if (const dk_status st = dk_gdr_split_local_wgmma_sm90(&p, &a.w, s); st != DK_OK) return st;
@@ -2003,6 +2041,13 @@ namespace {
 bool split_variant_known(int v) {
   // session 11 (gdr-local): bits 4194304 / 8388608 select forms of the wgmma local pass (read in
   // chunk_local_wgmma_sm90.cu), on 2060497, 4157649, 71266513 (gdr-state) or 205484241 (gdr-state, session 12) only
+  // session 12 (gdr-state): bit 268435456 (the pair's loaders copy nothing: a measurement, WRONG results) or
+  // 536870912 (the state kernels' image by one bulk copy), not both, on 71266513 or 205484241 (+ 12582912 or not)
+  if ((v & (268435456 | 536870912)) != 0) {
+    if ((v & 268435456) != 0 && (v & 536870912) != 0) return false;
+    const int b = v & ~(12582912 | 268435456 | 536870912);
+    return b == 71266513 || b == 205484241;
+  }
   if ((v & 12582912) != 0) {
     const int b = v & ~12582912;
     return b == 2060497 || b == 4157649 || b == 71266513 || b == 205484241;
@@ -2068,6 +2113,13 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   auto* s = static_cast<cudaStream_t>(stream);
   // 159953 = 28881 + 131072 (session 9): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
+  if ((p->variant & (268435456 | 536870912)) != 0) {  // session 12 (checked above; the local-pass bits at run time)
+    constexpr int kB = 94417 | 2097152 | 67108864;  // 71266513's routes
+    const bool pp = (p->variant & ~(12582912 | 268435456 | 536870912)) == 205484241;
+    if ((p->variant & 268435456) != 0)
+      return pp ? launch_cp<kB | 134217728 | 268435456>(a, s) : launch_cp<kB | 268435456>(a, s);
+    return pp ? launch_cp<kB | 134217728 | 536870912>(a, s) : launch_cp<kB | 536870912>(a, s);
+  }
   if ((p->variant & 12582912) != 0) {  // session 11: the local pass's bits 4194304 / 8388608 (checked above)
     if ((p->variant & ~12582912) == 2060497) return launch_cp<94417>(a, s);
     if ((p->variant & ~12582912) == 71266513) return launch_cp<94417 | 2097152 | 67108864>(a, s);
