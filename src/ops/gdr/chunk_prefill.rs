@@ -406,7 +406,12 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// groups, the second half of S split into bf16 hi / lo under the first), 71266513 = 4157649 +
 /// 67108864 (the deferred store on the pair route only), 104820945 = 71266513 + 33554432 (and
 /// the two X groups on the single / context-parallel routes only), same values; 83849425 =
-/// 71266513 + 12582912 the default since session 11's end check; any other
+/// 71266513 + 12582912 the default since session 11's end check; state kernel (opt-in, session
+/// 12): + 134217728 (the pair state CTA's two warpgroups take turns on the tensor pipe), +
+/// 536870912 (the stage image by one TMA bulk copy), both, on 71266513 or 83849425 (218067153 /
+/// 620720337 / 754938065 on 83849425; 205484241 = 71266513 + 134217728), same values; +
+/// 268435456 instead of 536870912 (352284881 / 486502609: the pair's loaders copy nothing, a
+/// measurement with WRONG results); any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
 /// `Err(the text)`: the calls where the split pipeline runs fail with that error (a measurement
