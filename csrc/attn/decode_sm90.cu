@@ -1262,7 +1262,7 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
 // Automatic configuration (variant -1): the split count s <= num_splits whose CTA count
 // W * s (W = rows x kv heads) spreads most evenly over the SMs (CTAs / (ceil(CTAs / SMs) * SMs),
 // the smallest s within 0.04 of the best), then variant 0 (4 warps x 3 stages, the most bytes in
-// flight per CTA) when that is at most one CTA per SM (23 since session 12 when also s <= 8), else
+// flight per CTA) when that is at most one CTA per SM (19 since session 12 when also s <= 8), else
 // variant 3 (2 warps x 2 stages, three CTAs per SM). From the H200 sweep of 2026-12-01: e.g. 27B TP1 16 rows -> 2 splits of variant 0
 // (128 CTAs), 64 rows -> 1 split of variant 3 (256 CTAs), 1 row -> 32-33 splits of variant 0.
 // Depends only on rows, kv heads, num_splits and the SM count: fixed per CUDA-graph bucket.
@@ -1286,11 +1286,12 @@ inline Pick auto_config(int64_t rows, int64_t hkv, int64_t max_splits, int sms) 
       break;
     }
   }
-  // Session 12: at one CTA per SM and <= 8 splits (rows >= 16 at 27B) variant 23 (tiles of 2,
-  // strided splits over the live split count, lean combine): H200, same call, 0.2-1.3% faster than
-  // 0 at the six such shapes of the issue's sweep; with more splits (rows 1) 0 stays (24 there:
-  // -2..+0.8%). Else 3.
-  return Pick{(w * pick + sms - 1) / sms <= 1 ? (pick <= 8 ? 23 : 0) : 3, pick};
+  // Session 12: at one CTA per SM and <= 8 splits (rows >= 16 at 27B) variant 19 (tiles of 2,
+  // strided splits with every stage's page entries looked up at entry, lean combine): H200, two
+  // calls, 0.6-1.5% faster than 0 at the six such shapes of the issue's sweep (at <= 8 splits the
+  // merge loads every partial anyway, so all splits being live costs nothing); with more splits
+  // (rows 1) 0 stays. Else 3.
+  return Pick{(w * pick + sms - 1) / sms <= 1 ? (pick <= 8 ? 19 : 0) : 3, pick};
 }
 
 // Multiprocessor count of `dev`, cached (0 if unknown).

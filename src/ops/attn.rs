@@ -830,7 +830,7 @@ pub fn decode_uses_sm90_kernel_if_possible() -> bool {
 pub enum DecodeKernel {
     /// The sm_90 CUDA kernel (`dk_attn_decode_sm90`) where the device runs it (compute
     /// capability 9.0 and a build with `90a`), else Triton. Its launcher picks the tile variant
-    /// (23 at one CTA per SM and <= 8 splits, since session 12; 0 at one CTA per SM and more
+    /// (19 at one CTA per SM and <= 8 splits, since session 12; 0 at one CTA per SM and more
     /// splits; else 3) and may use fewer context splits than `num_splits` (never more; the split
     /// count whose CTAs spread most evenly over the SMs), from rows x kv heads and the SM count
     /// only, so the choice is fixed per CUDA-graph bucket.
@@ -918,7 +918,7 @@ pub fn decode_sm90_timeline(ctas: usize, merge_blocks: usize) -> Result<(Vec<u64
     Ok((split, merge))
 }
 
-/// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 23, 0
+/// `DkAttnDecodeSm90Params::variant` of [`DecodeKernel::Auto`]: the launcher picks variant 19, 0
 /// or 3 and a split count <= `num_splits` from rows x kv heads and the SM count (H200 sweeps,
 /// docs/benchmarks/2026-12-01-attn-s3.md, docs/benchmarks/2026-12-02-attn-decode-s12.md).
 const DECODE_SM90_AUTO_VARIANT: i32 = -1;
