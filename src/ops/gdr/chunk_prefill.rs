@@ -538,7 +538,16 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// same choice with 209's local pass: 0.478 / 0.347 / 1.929 / 2.696); GPU tests 19/19 and memcheck
 /// clean under it; racecheck reports the stage-refill pattern of the state kernel
 /// (`docs/benchmarks/2026-12-02-gdr-s8.md`) on the long-sequence test exactly as under 209.
-const SPLIT_VARIANT: i32 = 83_849_425;
+/// 620720337 (session 12's end check) = 83849425 with the stage image (26,880 bytes per chunk and
+/// value head) loaded by one `cp.async.bulk` completing on a per-stage mbarrier instead of 1,680
+/// 16-byte `cp.async` (bit 536870912, every route: single, pair, context parallel; same values).
+/// H200 2026-12-02, gdr-state's call 2 (two interleaved passes): 0.3928 / 0.2994 / 1.5271 /
+/// 2.2813 ms vs 83849425 0.3973 / 0.3038 / 1.5763 / 2.3083 at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192
+/// / 1 x 65536 (-1.1 / -1.4 / -3.1 / -1.2%; pair state kernel -8.3% of its cycles under ncu), GPU
+/// tests 20/20, racecheck 0 on its single, pair and context-parallel kernels
+/// (`docs/benchmarks/2026-12-02-gdr-state-s12.md`); memcheck and the engine's GPU tests in the
+/// end check (`docs/benchmarks/2026-12-02-end-check-s12.md`).
+const SPLIT_VARIANT: i32 = 620_720_337;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
