@@ -68,12 +68,18 @@ def timeline(path):
     # The persistent timeline variant (38): fields 8-11 are the producer's stamps, not the Q
     # path of a launched CTA.
     persist = "_v38" in str(path)
+    # The PK persistent timeline variant (58): one record per row block at its LPT index; field 1 =
+    # consumer warpgroup 0 starts the row block, 9 = it released the Q tile, 10 = the Q boxes
+    # issued, 11 = K tile 0 issued; 7 / 8 unused.
+    pk = "_v58" in str(path)
     for line in open(path):
         f = [int(x) for x in line.split()]
         if len(f) in (8, 12) and f[1] and all(f[1:7]):
             r = dict(sm=f[0] & 0xFFFFFFFF, n=f[0] >> 32, entry=f[1], q=f[2], qk0=f[3],
                      pv=f[4], end0=f[5], end1=f[6], prod=f[7])
-            if len(f) == 12 and all(f[8:12]):
+            if len(f) == 12 and pk and all(f[9:12]):
+                r.update(qfree=f[9], qiss=f[10], k0=f[11])
+            elif len(f) == 12 and all(f[8:12]):
                 if persist:  # 38: the producer K pair's side of the block (session 8)
                     r.update(pstart=f[8], qfree=f[9], qiss=f[10], k0=f[11])
                 else:
@@ -120,6 +126,19 @@ def timeline(path):
         ph["p:Q free->issued"] = [r["qiss"] - r["qfree"] for r in pp]
         ph["p:Q issued->landed"] = [r["q"] - r["qiss"] for r in pp]
         ph["p:Q free->cons start"] = [r["entry"] - r["qfree"] for r in pp]
+    kp = [r for r in recs if "qfree" in r and "pstart" not in r]
+    if kp:
+        # 58: the next row block's Q issued after this CTA's previous release, and its lead.
+        ph["pk:Q issued->landed"] = [r["q"] - r["qiss"] for r in kp]
+        ph["pk:K0 issued->cons start"] = [r["entry"] - r["k0"] for r in kp]
+        ph["pk:Q free->wg0 stored"] = [r["end0"] - r["qfree"] for r in kp]
+        prev_free = []
+        for rs in by_sm.values():
+            for a, b in zip(rs, rs[1:]):
+                if "qfree" in a and "qiss" in b:
+                    prev_free.append(b["qiss"] - a["qfree"])
+        if prev_free:
+            ph["pk:prev Q free->issued"] = prev_free
     tiles = sum(r["n"] for r in recs)
     per_tile = sum(ph["loop"]) / max(1, sum(max(1, r["n"] - 1) for r in recs)) / 1e3
     busy = sum(max(r["end0"], r["end1"]) - r["entry"] for r in recs) / 1e3

@@ -243,6 +243,16 @@ constexpr int kBM = 128;
 //      R2UR per tile, 80 B spills). nvcc 13.0: 168 registers, 0 spills, steady loop 650 / 657
 //      instructions, 21 HGMMA, 32 / 34 R2UR (48: 653 / 21 / 34).
 //      58 = 57 + TL (fields in prefill_pk_kernel's comment).
+//      Session 12, first H200 run of that form: correct, memcheck / racecheck clean, but 8-50%
+//      slower than 48 (varlen 947 vs 839 us): the Q wait + first QK^T were hidden (-3.4 us per
+//      row block) but the 4-byte O stores doubled the epilogue (5.3 vs 2.5 us), warpgroup 0's
+//      next row block waited for warpgroup 1's epilogue (loop +1.2 us per row block), the next
+//      row block's metadata loads were serial (+1 us), and round robin over a heaviest-first
+//      list gave CTA c the c-th heaviest entry of every round (tail +4% at varlen, +28-70% at
+//      2k in a list-scheduling model). Session-12 form: snake order over the rounds, the next
+//      row block's metadata loaded under the current one, O by 16-byte stores after a 4 x 4
+//      word transpose inside each quad (2 shfl.xor butterflies), and warpgroup 1's last
+//      hand-over of a row block opening warpgroup 0's first turn of the next.
 // Dispatched: 0-58.
 constexpr int kVariants = 59;
 // BV variants: most sequences whose metadata travels in the launch parameters, and the page
@@ -2534,10 +2544,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Whether `kernel` runs from sm_90a code on the current device: SASS (or PTX) built for 9.0
 // features, not a JIT of a lower arch's PTX (whose body is empty). Cached per device.
-// PK variants 57 / 58 (session 11, prepared, NOT run on a GPU): variant 48's tiles, producer
-// and softmax in a PERSISTENT kernel written afresh (not 23 / 36): min(row blocks, SMs) CTAs,
-// CTA c walks the LPT row-block list at c, c + gridDim.x, ... (the order of 48's launch index:
-// heaviest row blocks first, kv head fastest), and everything runs on across its work tiles:
+// PK variants 57 / 58 (session 11; first run and reworked in session 12): variant 48's tiles,
+// producer and softmax in a PERSISTENT kernel written afresh (not 23 / 36): min(row blocks,
+// SMs) CTAs (DELTAKIT_ATTN_PK_CTAS caps it for tests), CTA c walks the LPT row-block list (the
+// order of 48's launch index: heaviest row blocks first, kv head fastest) in snake order: entry
+// c of even rounds of gridDim.x entries, gridDim.x - 1 - c of odd ones (lin_of), and
+// everything runs on across its work tiles:
 // the K / V ring and its mbarrier phases (tile g of the CTA: stage g % 2, phase (g / 2) & 1),
 // the Q barrier (phase = the CTA's live row blocks so far, & 1), the consumers' ping-pong turns.
 // The one Q tile is released by the consumers (a Q-empty barrier, 256 arrivals) right after
@@ -2545,8 +2557,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // TQW) and partial rows (V pair's second warp) for the next row block go out while the
 // consumers still run the last PV product and the epilogue; K tile 0 of the next row block is
 // issued as soon as its ring stage is free (no wait on Q). The epilogue therefore writes O
-// straight from the accumulators (4-byte stores, 30's pre-STAGED form), never through the Q
-// tile. The consumers' stage index stays of 48's form: the row block's loop runs from a
+// straight from the accumulators (16-byte stores after a word transpose inside each quad),
+// never through the Q tile. The consumers' stage index stays of 48's form: the row block's loop runs from a
 // compile-time start stage S0 (the parity of the CTA's tiles so far; both bodies instantiated,
 // picked by a branch between row blocks: 36's S0T), so the stage of tile j is (S0 + j) % 2 of the
 // block's own loop counter, and with the row block's fate and tile count made warp-uniform
@@ -2621,15 +2633,28 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
     int64_t seq, kvh, bos, rows_total, m0;
     int ctx, kv_end, n_tiles, n_full, state;
   };
-  auto item_of = [&](uint32_t lin) {
+  // The row block's sequence metadata (cu_seqlens pair, context length): loaded apart from the
+  // decoding so the consumers can load the next row block's under the current one.
+  struct Raw {
+    int cu_lo, cu_hi, ctx;
+  };
+  auto raw_of = [&](uint32_t lin) {
+    const uint32_t seq = (lin / hkv_u) % nseq_u;
+    Raw r;
+    r.cu_lo = __ldg(cu + seq);
+    r.cu_hi = __ldg(cu + seq + 1);
+    r.ctx = __ldg(reinterpret_cast<const int*>(p.ctx_lens) + seq);
+    return r;
+  };
+  auto decode = [&](uint32_t lin, const Raw& r) {
     Item it;
     const uint32_t rest = lin / hkv_u;
     it.kvh = int64_t(lin - rest * hkv_u);
     it.seq = int64_t(rest % nseq_u);
     const int64_t mb = a.max_m_blocks - 1 - int64_t(rest / nseq_u);
-    const int cu_lo = __ldg(cu + it.seq);
-    const int cu_hi = __ldg(cu + it.seq + 1);
-    it.ctx = __ldg(reinterpret_cast<const int*>(p.ctx_lens) + it.seq);
+    const int cu_lo = r.cu_lo;
+    const int cu_hi = r.cu_hi;
+    it.ctx = r.ctx;
     it.bos = min(max(int64_t(cu_lo), int64_t(0)), T);
     const int64_t eos = min(max(int64_t(cu_hi), it.bos), T);
     it.rows_total = (eos - it.bos) * G;
@@ -2650,6 +2675,15 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
       it.n_full = (it.ctx + tok_lo + 1) / BN;
     }
     return it;
+  };
+  auto item_of = [&](uint32_t lin) { return decode(lin, raw_of(lin)); };
+  // The CTA's k-th row block of the LPT list: snake order over the rounds of gridDim.x entries
+  // (CTA c takes entry c of even rounds and gridDim.x - 1 - c of odd ones), so that no CTA takes
+  // the heaviest entry of every round (the plain round robin's systematic imbalance: +4% of the
+  // mean at varlen 8 x 2048, +8% at 8k, +28-70% at 2k in a list-scheduling model; snake order is
+  // within 0.3% of greedy there except the 2k shapes' own granularity).
+  auto lin_of = [&](uint32_t k) {
+    return k * gridDim.x + ((k & 1u) ? gridDim.x - 1u - blockIdx.x : blockIdx.x);
   };
 
   if (tid < 128) {
@@ -2673,7 +2707,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
     uint32_t g0 = 0;  // the CTA's K / V tiles before this row block
     uint32_t qi = 0;  // the CTA's live row blocks before this one
 #pragma unroll 1
-    for (uint32_t lin = blockIdx.x; lin < n_items; lin += gridDim.x) {
+    for (uint32_t k = 0; k * gridDim.x < n_items; ++k) {
+      const uint32_t lin = lin_of(k);
+      if (lin >= n_items) break;  // (only in the last round)
       const Item it = item_of(lin);
       if (it.state != 2) continue;
       const int64_t kvh = it.kvh;
@@ -2955,9 +2991,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
       tl_put(lin, 0, sm_id() | (static_cast<unsigned long long>(n_tiles) << 32));
       tl_put(lin, 1, gtimer());
     }
-    // Warpgroup 1 opens warpgroup 0's first turn of the row block (and skips its last
-    // hand-over below): every named-barrier phase sees 128 + 128 threads, row block by row block.
-    if (w == 1) turn_pass();
+    // Turns: warpgroup 1 opens warpgroup 0's first turn of the CTA's first live row block; in
+    // every row block both hand their last turn over (warpgroup 1's last hand-over opens
+    // warpgroup 0's first turn of the next row block, so that warpgroup 0's first QK^T runs under
+    // warpgroup 1's last PV product and epilogue; the one after the CTA's last row block is
+    // taken by warpgroup 0 after the loop): every named-barrier phase sees 128 + 128 threads.
+    if (w == 1 && qi == 0) turn_pass();
     mbar_wait(ubars, qi & 1u);
     fence_proxy_async();  // the partial-token rows came by cp.async (generic proxy)
     if (TL && ct == 0) tl_put(lin, 2, gtimer());
@@ -3008,7 +3047,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
     turn_wait();
     rescale_o(pal0, pal1);
     issue_pv(n_tiles - 1);
-    if (w == 0) turn_pass();
+    turn_pass();
     wgmma_wait<0>();
     fence_regs(o);
     if (TL && ct == 0) tl_put(lin, 4, gtimer());
@@ -3019,36 +3058,77 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
     l_1 += __shfl_xor_sync(0xffffffffu, l_1, 2);
     const float inv0 = l_0 > 0.f ? 1.f / l_0 : 0.f;
     const float inv1 = l_1 > 0.f ? 1.f / l_1 : 0.f;
-    const int cq = 2 * (lane % 4);
     auto row_off = [&](int64_t vr) {  // element offset of packed row vr in out
       const int64_t tok = vr / G;
       const int64_t hh = vr - tok * G;
       return ((bos + tok) * HQ + kvh * G + hh) * HD;
     };
-    // O straight from the accumulators (the Q tile already holds the next row block's rows).
-    if (vr0 < rows_total) {
-      __nv_bfloat16* dst = out + row_off(vr0) + cq;
+    // O straight from the accumulators (the Q tile already holds the next row block's rows),
+    // as 16-byte stores: lane q of a quad holds columns 8 i + 2 q, + 1 of its rows (one 4-byte
+    // word per i); a 4 x 4 word transpose inside the quad per 4 consecutive i (two shfl.xor
+    // butterflies: 2 x 2 blocks over lane bit 1, then words over lane bit 0) leaves lane q with
+    // columns 8 (4 kb + q) .. + 7 of its row = 16 contiguous bytes (a quad: 64 bytes of a row).
+    const uint32_t qb0 = uint32_t(lane) & 1u;
+    const uint32_t qb1 = (uint32_t(lane) >> 1) & 1u;
+    auto transpose4 = [&](uint32_t (&wd)[4]) {
 #pragma unroll
-      for (int i = 0; i < NO / 4; ++i) {
-        *reinterpret_cast<uint32_t*>(dst + 8 * i) =
-            pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+      for (int x = 0; x < 2; ++x) {
+        const uint32_t snd = qb1 ? wd[x] : wd[x + 2];
+        const uint32_t rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
+        if (qb1) {
+          wd[x] = rcv;
+        } else {
+          wd[x + 2] = rcv;
+        }
       }
-    }
-    if (vr1 < rows_total) {
-      __nv_bfloat16* dst = out + row_off(vr1) + cq;
 #pragma unroll
-      for (int i = 0; i < NO / 4; ++i) {
-        *reinterpret_cast<uint32_t*>(dst + 8 * i) =
-            pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+      for (int x = 0; x < 4; x += 2) {
+        const uint32_t snd = qb0 ? wd[x] : wd[x + 1];
+        const uint32_t rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
+        if (qb0) {
+          wd[x] = rcv;
+        } else {
+          wd[x + 1] = rcv;
+        }
+      }
+    };
+    const int q4 = lane % 4;
+    __nv_bfloat16* dst0 = out + row_off(min(vr0, rows_total - 1)) + 8 * q4;
+    __nv_bfloat16* dst1 = out + row_off(min(vr1, rows_total - 1)) + 8 * q4;
+#pragma unroll
+    for (int kb = 0; kb < NO / 16; ++kb) {
+      uint32_t w0[4], w1[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int i = 4 * kb + jj;
+        w0[jj] = pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+        w1[jj] = pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+      }
+      transpose4(w0);
+      transpose4(w1);
+      if (vr0 < rows_total) {
+        *reinterpret_cast<uint4*>(dst0 + 32 * kb) = make_uint4(w0[0], w0[1], w0[2], w0[3]);
+      }
+      if (vr1 < rows_total) {
+        *reinterpret_cast<uint4*>(dst1 + 32 * kb) = make_uint4(w1[0], w1[1], w1[2], w1[3]);
       }
     }
     if (TL && (ct == 0 || ct == 128)) tl_put(lin, ct == 0 ? 5 : 6, gtimer());
   };
   uint32_t g0 = 0;
   uint32_t qi = 0;
+  // The next row block's metadata is loaded before the current one runs (its latency hidden).
+  Raw nx = raw_of(lin_of(0));
 #pragma unroll 1
-  for (uint32_t lin = blockIdx.x; lin < n_items; lin += gridDim.x) {
-    Item it = item_of(lin);
+  for (uint32_t k = 0; k * gridDim.x < n_items; ++k) {
+    const uint32_t lin = lin_of(k);
+    if (lin >= n_items) break;  // (only in the last round)
+    const Raw cur = nx;
+    {
+      const uint32_t nl = lin_of(k + 1);
+      if (nl < n_items) nx = raw_of(nl);
+    }
+    Item it = decode(lin, cur);
     // The row block's fate and tile count made warp-uniform (redux.sync writes a uniform
     // register): ptxas then sees uniform branches around the block body and keeps its loop
     // counter, the ring stage and the wgmma descriptors in uniform registers (as in 48).
@@ -3079,6 +3159,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
     g0 += uint32_t(it.n_tiles);
     ++qi;
   }
+  // Warpgroup 1's hand-over after the CTA's last live row block.
+  if (w == 0 && qi > 0) turn_wait();
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched without an sm_90a image (prepare); fail loudly if it is
 #endif  // DK_ATTN_SM90A
@@ -3293,9 +3375,22 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     // 31 bits runs 48 (which then takes its kv-head-major order).
     const int64_t nb = gx * p.n_kv_heads;
     if (nb > 0x7fffffffLL) return launch<HD, true, 48>(p, stream);
-    a.total_blocks = uint32_t(nb);
     const int sms = sm_count(dev);
-    const int64_t cap = sms > 0 ? sms : 132;
+    int64_t cap = sms > 0 ? sms : 132;
+    a.total_blocks = uint32_t(nb);
+    // DELTAKIT_ATTN_PK_CTAS=<n> (diagnostic, read once per process): at most n CTAs, so that the
+    // small test cases (the sanitizer runs) walk several row blocks per CTA.
+    static const int64_t pk_ctas = [] {
+      const char* e = getenv("DELTAKIT_ATTN_PK_CTAS");
+      const long v = e != nullptr ? strtol(e, nullptr, 10) : 0;
+      return int64_t(v > 0 ? v : 0);
+    }();
+    if (pk_ctas > 0 && pk_ctas < cap) cap = pk_ctas;
+    // 57: lists of fewer than 4 row blocks (launch slots, live or not) per CTA run 48, whose
+    // hardware-scheduled grid balances a few blocks per SM better than a static list, and
+    // where the hidden block start (~3.4 us per row block) is a small share. 58 (the timeline
+    // form) always runs persistent.
+    if (VAR == 57 && nb < 4 * cap) return launch<HD, true, 48>(p, stream);
     const unsigned ctas = unsigned(nb < cap ? nb : cap);
     kernel_fn<HD, PP, VAR>()<<<ctas, kThreads, smem_bytes<HD, VAR>(), stream>>>(a);
     return launch_status();
