@@ -252,7 +252,12 @@ constexpr int kBM = 128;
 //      2k in a list-scheduling model). Session-12 form: snake order over the rounds, the next
 //      row block's metadata loaded under the current one, O by 16-byte stores after a 4 x 4
 //      word transpose inside each quad (2 shfl.xor butterflies), and warpgroup 1's last
-//      hand-over of a row block opening warpgroup 0's first turn of the next.
+//      hand-over of a row block opening warpgroup 0's first turn of the next; 57 runs 48 for
+//      lists of fewer than 4 row blocks per CTA. On an H200 (docs/benchmarks/
+//      2026-12-02-attn-prefill-s12.md): correct, memcheck / racecheck clean; per row block Q
+//      wait 0.13 vs 3.2 us, epilogue 2.0 vs 2.6, SM-finish spread 16 vs 9 us (58 vs 49), but the
+//      K / V tile loop 6-10% slower per tile than 48's with the same loop SASS (ncu: tensor pipe
+//      73 vs 79% active, more turn and K-full waits): varlen 8 x 2048 = 48, 8k / 32k +4..+8%.
 // Dispatched: 0-58.
 constexpr int kVariants = 59;
 // BV variants: most sequences whose metadata travels in the launch parameters, and the page
@@ -3378,14 +3383,15 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     const int sms = sm_count(dev);
     int64_t cap = sms > 0 ? sms : 132;
     a.total_blocks = uint32_t(nb);
-    // DELTAKIT_ATTN_PK_CTAS=<n> (diagnostic, read once per process): at most n CTAs, so that the
-    // small test cases (the sanitizer runs) walk several row blocks per CTA.
+    // DELTAKIT_ATTN_PK_CTAS=<n> (diagnostic, read once per process): n CTAs at most (fewer than
+    // the SMs: the small test cases walk several row blocks per CTA; more: a CTA per row block,
+    // the persistent code without persistence).
     static const int64_t pk_ctas = [] {
       const char* e = getenv("DELTAKIT_ATTN_PK_CTAS");
       const long v = e != nullptr ? strtol(e, nullptr, 10) : 0;
       return int64_t(v > 0 ? v : 0);
     }();
-    if (pk_ctas > 0 && pk_ctas < cap) cap = pk_ctas;
+    if (pk_ctas > 0) cap = pk_ctas;  // (above the SM count: CTAs with fewer row blocks each)
     // 57: lists of fewer than 4 row blocks (launch slots, live or not) per CTA run 48, whose
     // hardware-scheduled grid balances a few blocks per SM better than a static list, and
     // where the hidden block start (~3.4 us per row block) is a small share. 58 (the timeline

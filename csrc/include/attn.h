@@ -132,8 +132,10 @@ typedef struct DkAttnPrefillSm90Params {
    * 55 recording the timeline (as 54) (session 11; 53 / 55 correct and sanitizer-clean on an H200
    * but no faster than 48); 57 = 48 as a persistent kernel (min(row blocks, SMs) CTAs walk the
    * row-block list; K / V ring, barrier phases and ping-pong turns run on across row blocks; the
-   * next row block's Q and K tile 0 load under the current one's last PV product and epilogue),
-   * 58 = 57 recording the timeline (session 11; compiled only, NEVER RUN on a GPU yet).
+   * next row block's Q and K tile 0 load under the current one's last PV product and epilogue;
+   * snake order over the list; lists of fewer than 4 row blocks per SM run 48), 58 = 57 always
+   * persistent, recording the timeline (session 11, reworked in session 12; H200: correct and
+   * sanitizer-clean, = 48 at varlen 8 x 2048, 4-8% slower at the 8k / 32k squares).
    * The safe wrapper's default: 48 (session 10; 30 in sessions 7-9, 25 in session 6).
    * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-58 ignore `schedule` and, as 7,
    * need scale > 0 (else variant 5 runs); outside 0..=58:

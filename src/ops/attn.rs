@@ -550,13 +550,17 @@ pub enum PrefillKernel {
     /// barriers, 56 = 55 recording the timeline (fields as 54). 53 / 55 on an H200 (session 11,
     /// docs/benchmarks/2026-12-02-attn-s11.md): correct in every test, memcheck / racecheck clean,
     /// but no faster than 48 (varlen 8 x 2048 within 1%: Q and K tile 0 land no sooner). 57
-    /// (session 11, compiled only: NEVER RUN on a GPU yet) = 48 as a persistent kernel (one CTA
-    /// per SM walking the row-block list, the K / V ring, barrier phases and ping-pong turns
-    /// running on across row blocks; the next row block's Q and K tile 0 load under the current
-    /// one's last PV product and epilogue, which stores O from the accumulators), 58 = 57
-    /// recording the timeline (fields per row block at its list index: 0-6 as 49, 9 = the Q tile
-    /// released, 10 = the Q boxes issued, 11 = K tile 0 issued). 44-58 opt-in except 48
-    /// (the default since session 10).
+    /// (session 11, reworked in session 12) = 48 as a persistent kernel (one CTA per SM walking
+    /// the heaviest-first row-block list in snake order, the K / V ring, barrier phases and
+    /// ping-pong turns running on across row blocks; the next row block's Q and K tile 0 load
+    /// under the current one's last PV product and epilogue, which stores O from the
+    /// accumulators by 16-byte stores; lists of fewer than 4 row blocks per SM run 48), 58 = 57
+    /// always persistent and recording the timeline (fields per row block at its list index: 0-6
+    /// as 49, 9 = the Q tile released, 10 = the Q boxes issued, 11 = K tile 0 issued). On an
+    /// H200 (session 12, docs/benchmarks/2026-12-02-attn-prefill-s12.md): correct in every test,
+    /// memcheck / racecheck clean, the row-block start hidden (-3.4 us per row block), but the
+    /// K / V tile loop runs 6-10% slower than 48's (same SASS loop): varlen 8 x 2048 = 48, 8k /
+    /// 32k squares 4-8% slower. 44-58 opt-in except 48 (the default since session 10).
     /// Same results up to rounding. Values above 58 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
