@@ -771,7 +771,7 @@ fn check_decode_case(
             // likewise in session 9.
             kernels.extend([13, 14, 15, 16, 17].map(DecodeKernel::Sm90Variant));
             // 18-21, 23, 24 (strided splits, lean combine): every decode test, memcheck and
-            // racecheck passed on an H200 (session 12; 23 is Auto's pick at <= 8 splits).
+            // racecheck passed on an H200 (session 12; 19 is Auto's pick at <= 8 splits, hd 256).
             kernels.extend([18, 19, 20, 21, 23, 24].map(DecodeKernel::Sm90Variant));
         }
     }

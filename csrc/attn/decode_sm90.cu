@@ -1262,15 +1262,15 @@ dk_status launch(const DkAttnDecodeSm90Params& p, cudaStream_t stream) {
 // Automatic configuration (variant -1): the split count s <= num_splits whose CTA count
 // W * s (W = rows x kv heads) spreads most evenly over the SMs (CTAs / (ceil(CTAs / SMs) * SMs),
 // the smallest s within 0.04 of the best), then variant 0 (4 warps x 3 stages, the most bytes in
-// flight per CTA) when that is at most one CTA per SM (19 since session 12 when also s <= 8), else
+// flight per CTA) when that is at most one CTA per SM (19 since session 12 when also s <= 8 at hd 256), else
 // variant 3 (2 warps x 2 stages, three CTAs per SM). From the H200 sweep of 2026-12-01: e.g. 27B TP1 16 rows -> 2 splits of variant 0
 // (128 CTAs), 64 rows -> 1 split of variant 3 (256 CTAs), 1 row -> 32-33 splits of variant 0.
-// Depends only on rows, kv heads, num_splits and the SM count: fixed per CUDA-graph bucket.
+// Depends only on rows, kv heads, num_splits, the head dim and the SM count: fixed per CUDA-graph bucket.
 struct Pick {
   int variant;
   int64_t splits;
 };
-inline Pick auto_config(int64_t rows, int64_t hkv, int64_t max_splits, int sms) {
+inline Pick auto_config(int64_t rows, int64_t hkv, int64_t max_splits, int sms, int head_dim) {
   const int64_t w = rows * hkv;
   auto balance = [&](int64_t ctas) {
     const int64_t waves = (ctas + sms - 1) / sms;
@@ -1290,8 +1290,10 @@ inline Pick auto_config(int64_t rows, int64_t hkv, int64_t max_splits, int sms) 
   // strided splits with every stage's page entries looked up at entry, lean combine): H200, two
   // calls, 0.6-1.5% faster than 0 at the six such shapes of the issue's sweep (at <= 8 splits the
   // merge loads every partial anyway, so all splits being live costs nothing); with more splits
-  // (rows 1) 0 stays. Else 3.
-  return Pick{(w * pick + sms - 1) / sms <= 1 ? (pick <= 8 ? 19 : 0) : 3, pick};
+  // (rows 1) 0 stays, and at hd 128 (19 measured at hd 256 only; 0 has a fourth stage there) too.
+  // Else 3.
+  const bool strided = pick <= 8 && head_dim == 256;
+  return Pick{(w * pick + sms - 1) / sms <= 1 ? (strided ? 19 : 0) : 3, pick};
 }
 
 // Multiprocessor count of `dev`, cached (0 if unknown).
@@ -1344,7 +1346,7 @@ extern "C" dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params* p, dk_str
     }
     const int sms = d::sm_count(dev);
     const d::Pick pick =
-        d::auto_config(cfg.num_rows, cfg.n_kv_heads, cfg.num_splits, sms > 0 ? sms : 132);
+        d::auto_config(cfg.num_rows, cfg.n_kv_heads, cfg.num_splits, sms > 0 ? sms : 132, cfg.head_dim);
     cfg.variant = pick.variant;
     cfg.num_splits = pick.splits;  // <= num_splits: the workspace holds it
   }

@@ -208,7 +208,7 @@ typedef struct DkAttnDecodeSm90Params {
   int64_t num_pages;
   int64_t num_splits;
   float scale;
-  /** Tile configuration (see decode_sm90.cu), 0..=13: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
+  /** Tile configuration (see decode_sm90.cu), 0..=24: 0-3 cp.async loads, 4-7 bulk-copy (TMA)
    * loads, each with its warps x shared-memory stages; 8-11 the tiles of 0-3 where 2..=8 splits
    * run as one thread-block cluster per (row, kv head) and combine through distributed shared
    * memory (no merge launch; the workspace is not written; other split counts run 0-3); 12 =
@@ -221,19 +221,23 @@ typedef struct DkAttnDecodeSm90Params {
    * counter (one of 64 regions per launch, put back to zero by the group's last CTA; one split or
    * more than 4096 (row, kv head) pairs: 0 / 3), 16 / 17 = 14 / 15 with the first 3/4 of the
    * chunks dealt round-robin without the counter (14-17 opt-in, session 9; one stream at a
-   * time: launches in flight at once on different streams may share a counter region); -1 =
-   * automatic: variant 0 or 3 and a split count <= num_splits chosen from num_rows x n_kv_heads
-   * and the SM count (the workspace layout then uses that count). Ignored at head dim 64. Same
-   * results up to rounding. Tiles of one CTA per SM (hd 256: 0, 2, 4, 8, 10) launch as a
-   * programmatic dependent of the previous kernel on the stream (reading nothing before that
-   * kernel completed). */
+   * time: launches in flight at once on different streams may share a counter region); 18-24
+   * (session 12) = strided splits (split s takes tiles s, s + S, ...; its first tiles' page
+   * entries loaded at entry with seq_len) with / without the lean combine: 18 / 19 / 20 = tiles
+   * of 0 / 2 / 3, 21 = 0 without the lean combine, 22 = 18 recording the timeline of 12, 23 / 24 =
+   * tiles of 2 / 0 striding over the contiguous split's live split count; -1 = automatic:
+   * variant 19 (one CTA per SM, <= 8 splits, hd 256), 0 (one CTA per SM otherwise) or 3, and a split
+   * count <= num_splits chosen from num_rows x n_kv_heads and the SM count (the workspace layout
+   * then uses that count). Ignored at head dim 64. Same results up to rounding. Tiles of one CTA
+   * per SM (hd 256: 0, 2, 4, 8, 10, 18, 19, 21-24) launch as a programmatic dependent of the
+   * previous kernel on the stream (reading nothing before that kernel completed). */
   int32_t variant;
 } DkAttnDecodeSm90Params;
 
 /** attn.decode, sm_90 kernel (mma.sync, cp.async pipeline; see csrc/attn/decode_sm90.cu). */
 dk_status dk_attn_decode_sm90(const DkAttnDecodeSm90Params *p, dk_stream_t stream);
 
-/** Measurement hook of decode variant 12: copies the first `n` words of the device-global
+/** Measurement hook of decode variants 12 / 22: copies the first `n` words of the device-global
  * timeline (6 per split CTA at its linear index (x fastest), 4096 CTAs: SM id | tiles << 32, then
  * %globaltimer ns at entry, after the grid-dependency wait, Q landed, main loop done, partials
  * written; then 6 per merge block, 4096 blocks: entry, after the wait, output written) to `host`,

@@ -879,8 +879,9 @@ pub enum DecodeKernel {
     /// 0 at TP2 4k / 16 (opt-in). 23 / 24: the strided split over the contiguous split's live
     /// split count (`L = ceil(tiles / ceil(tiles / S))`; only tile 0 looked up at entry) + lean
     /// combine, tiles of 2 / 0; H200 (session 12): correct and sanitizer-clean; 23 0.2-1.3%
-    /// faster than 0 at the rows-16 / 64 shapes of one CTA per SM (Auto's pick there), 24 -2..+0.8%
-    /// at rows 1 (not used by Auto). Same results up to rounding. Values above 24 are rejected
+    /// faster than 0 at the rows-16 / 64 shapes of one CTA per SM, 24 -2..+0.8% at rows 1. Auto
+    /// picks 19 at one CTA per SM, <= 8 splits and head dim 256 (session 12's end check; 0.6-1.5%
+    /// faster than 0 at those shapes: at <= 8 splits every split is live anyway). Same results up to rounding. Values above 24 are rejected
     /// ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).

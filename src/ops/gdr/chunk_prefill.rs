@@ -406,10 +406,11 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// groups, the second half of S split into bf16 hi / lo under the first), 71266513 = 4157649 +
 /// 67108864 (the deferred store on the pair route only), 104820945 = 71266513 + 33554432 (and
 /// the two X groups on the single / context-parallel routes only), same values; 83849425 =
-/// 71266513 + 12582912 the default since session 11's end check; state kernel (opt-in, session
-/// 12): + 134217728 (the pair state CTA's two warpgroups take turns on the tensor pipe), +
+/// 71266513 + 12582912 the default from session 11's end check to session 12's; state kernel
+/// (session 12): + 134217728 (the pair state CTA's two warpgroups take turns on the tensor pipe), +
 /// 536870912 (the stage image by one TMA bulk copy), both, on 71266513 or 83849425 (218067153 /
-/// 620720337 / 754938065 on 83849425; 205484241 = 71266513 + 134217728), same values; +
+/// 620720337 / 754938065 on 83849425; 205484241 = 71266513 + 134217728; 620720337 the default
+/// since session 12's end check), same values; +
 /// 268435456 instead of 536870912 (352284881 / 486502609: the pair's loaders copy nothing, a
 /// measurement with WRONG results); any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
@@ -417,14 +418,38 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// `Err(the text)`: the calls where the split pipeline runs fail with that error (a measurement
 /// must never run another variant than the one it names). Where the split pipeline does not run
 /// (other head dims or device, or `DELTAKIT_GDR_PREFILL` selecting another pipeline) the value is
-/// ignored, with a note on stderr once per process.
+/// ignored, with a note on stderr once per process. A measurement variant whose results are not
+/// the gated delta rule's (bits 4 / 8 / 268435456: wrong output and wrong state written to the
+/// slots; 256: below the contract's precision) prints a warning on stderr when it is read.
 fn split_variant_override() -> &'static std::result::Result<Option<i32>, String> {
     static V: std::sync::OnceLock<std::result::Result<Option<i32>, String>> =
         std::sync::OnceLock::new();
     V.get_or_init(|| {
         let raw = std::env::var_os("DELTAKIT_GDR_SPLIT_VARIANT");
-        parse_split_variant(raw.as_deref().map(|s| s.to_string_lossy()).as_deref())
+        let v = parse_split_variant(raw.as_deref().map(|s| s.to_string_lossy()).as_deref());
+        if let Ok(Some(n)) = v {
+            if let Some(what) = split_variant_measurement_only(n) {
+                eprintln!(
+                    "deltakit: {OP}: DELTAKIT_GDR_SPLIT_VARIANT={n} is a measurement variant: {what}"
+                );
+            }
+        }
+        v
     })
+}
+
+/// Why split variant `v` is for measurements only (`None`: its results are the gated delta
+/// rule's within the contract's tolerance). Bits 4 / 8 run one of the two launches alone, 268435456
+/// leaves the pair CTA's stages unloaded: the output and the state written back to the slots are
+/// wrong. Bit 256 drops the bf16 lo-part products: below the contract's precision.
+fn split_variant_measurement_only(v: i32) -> Option<&'static str> {
+    if v & (4 | 8 | 268_435_456) != 0 {
+        Some("its output AND the state it writes back to the slots are WRONG (timing only)")
+    } else if v & 256 != 0 {
+        Some("its results are below the contract's precision (no bf16 lo-part products)")
+    } else {
+        None
+    }
 }
 
 /// `DELTAKIT_GDR_SPLIT_VARIANT`'s text: `None` / blank = no override; an integer; else
@@ -1275,8 +1300,44 @@ pub fn chunk_prefill(
 #[cfg(test)]
 mod tests {
     use super::super::{head_dims_supported, SUPPORTED_K, SUPPORTED_V};
-    use super::{kernels, parse_split_variant, split_variant_error, SPLIT_VARIANT};
+    use super::{
+        kernels, parse_split_variant, split_variant_error, split_variant_measurement_only,
+        SPLIT_VARIANT,
+    };
     use crate::Error;
+
+    /// Measurement-only split variants are flagged (session-12 review: 352284881 wrote garbage
+    /// into the state pool without a word), the defaults of every session and the documented
+    /// opt-in forms are not.
+    #[test]
+    fn measurement_only_split_variants_are_flagged() {
+        for v in [4, 5, 8, 24, 408, 8344, 352_284_881, 486_502_609] {
+            assert!(split_variant_measurement_only(v).unwrap().contains("WRONG"), "{v}");
+        }
+        for v in [465, 272] {
+            assert!(split_variant_measurement_only(v).unwrap().contains("precision"), "{v}");
+        }
+        for v in [
+            209,
+            721,
+            6353,
+            8401,
+            28_881,
+            94_417,
+            225_489,
+            2_060_497,
+            4_157_649,
+            71_266_513,
+            83_849_425,
+            205_484_241,
+            218_067_153,
+            620_720_337,
+            754_938_065,
+            SPLIT_VARIANT,
+        ] {
+            assert_eq!(split_variant_measurement_only(v), None, "{v}");
+        }
+    }
 
     /// `DELTAKIT_GDR_SPLIT_VARIANT` (session-11 review: garbage text silently ran the default,
     /// an unknown number failed with an untyped launch status): unset / blank = no override,
