@@ -23,7 +23,7 @@
 #                  bench (chunk_offsets, chunk_map, local pass, state kernel for the plain variants), after the engine
 set -uo pipefail
 B=${BUNDLE:-.gpu-v}
-o=$OUT
+o=$OUT; mkdir -p "$o"  # (session 12: with TEST_VARS=" " nothing else created it and the bench logs were lost)
 CAND=${CAND:-12497}
 t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 ))s"; }
