@@ -570,8 +570,10 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// 2.2813 ms vs 83849425 0.3973 / 0.3038 / 1.5763 / 2.3083 at 27B TP1 / TP2 1 x 8192, 9B 8 x 8192
 /// / 1 x 65536 (-1.1 / -1.4 / -3.1 / -1.2%; pair state kernel -8.3% of its cycles under ncu), GPU
 /// tests 20/20, racecheck 0 on its single, pair and context-parallel kernels
-/// (`docs/benchmarks/2026-12-02-gdr-state-s12.md`); memcheck and the engine's GPU tests in the
-/// end check (`docs/benchmarks/2026-12-02-end-check-s12.md`).
+/// (`docs/benchmarks/2026-12-02-gdr-state-s12.md`); end check: 0.3912 / 0.2985 / 1.5518 / 2.3034
+/// ms vs 83849425 0.3960 / 0.3032 / 1.6031 / 2.3371 (three passes, faster in each), GPU tests of
+/// the library and engine 83 / 83, memcheck and racecheck 0 on every route
+/// (`docs/benchmarks/2026-12-02-end-check-s12.md`).
 const SPLIT_VARIANT: i32 = 620_720_337;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
