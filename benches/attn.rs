@@ -497,22 +497,27 @@ fn quick_decode(s: &Arc<CudaStream>) {
                 // a comma list; default: the cp.async tiles 0, 2, 3 and their cluster-combine
                 // twins 8, 10, 11 (the bulk-copy variants 4-7 measured slower in session 3).
                 let var_env = std::env::var("DELTAKIT_BENCH_DECODE_VARIANTS")
-                    .unwrap_or_else(|_| "0,2,3,8,10,11".into());
-                // ("a" in the list: Auto at that place, for interleaved A / B samples.)
-                let mut kernels: Vec<(DecodeKernel, String)> = if var_env.contains(',') {
+                    .ok()
+                    .filter(|v| !v.trim().is_empty())
+                    .unwrap_or_else(|| "0,2,3,8,10,11".into());
+                // ("a" in the list: Auto at that place, for interleaved A / B samples; a single
+                // "a" is a one-entry list. An entry that is neither "a" nor a variant number
+                // stops the bench with its text instead of being dropped.)
+                let max_only = var_env.trim().parse::<u8>().ok().filter(|_| !var_env.contains(','));
+                let mut kernels: Vec<(DecodeKernel, String)> = if let Some(max) = max_only {
+                    (0..=max).map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}"))).collect()
+                } else {
                     var_env
                         .split(',')
-                        .filter_map(|v| match v.trim() {
-                            "a" => Some((DecodeKernel::Auto, "sm90".to_string())),
-                            t => t
-                                .parse::<u8>()
-                                .ok()
-                                .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}"))),
+                        .map(|v| match v.trim() {
+                            "a" => (DecodeKernel::Auto, "sm90".to_string()),
+                            t => {
+                                let v = t.parse::<u8>().unwrap_or_else(|_| {
+                                    panic!("DELTAKIT_BENCH_DECODE_VARIANTS: {t:?} is neither a variant number nor \"a\"")
+                                });
+                                (DecodeKernel::Sm90Variant(v), format!("sm90v{v}"))
+                            }
                         })
-                        .collect()
-                } else {
-                    (0..=var_env.trim().parse::<u8>().unwrap_or(11))
-                        .map(|v| (DecodeKernel::Sm90Variant(v), format!("sm90v{v}")))
                         .collect()
                 };
                 kernels.push((DecodeKernel::Triton, "triton".into()));

@@ -7,7 +7,10 @@
 // head and the T new tokens of the row are packed into the M = 16 rows of an mma.sync m16n8k16
 // tile (packed row r = t * G + g; G * T <= 16): each K/V byte of the split is read from DRAM once
 // and used by every query head of its group. The split covers whole BN-position tiles
-// [lo, hi) of the context (BN = 16 * WARPS), like the Triton kernel's split rule.
+// [lo, hi) of the context (BN = 16 * WARPS), like the Triton kernel's split rule; the strided
+// variants 18-24 (session 12) give split s of S the tiles s, s + S, s + 2S, ... instead (23 / 24:
+// striding over the live split count of the contiguous rule), so a split's first page entries can
+// be looked up at entry.
 //
 // Memory pipeline (the point of this kernel: decode is a pure KV-cache read). Each warp owns the 16
 // positions [16w, 16w + 16) of every tile, loads them and consumes them (no CTA barrier per tile):
@@ -133,7 +136,8 @@ constexpr int kGdynRegions = 64;
 constexpr int kGdynGroups = 4096;
 // GDYN counters: region r, group g (= row * HKV + kv head): words 2 g (claims), 2 g + 1 (done).
 __device__ unsigned int g_dec_gdyn[kGdynRegions * kGdynGroups * 2];
-// Tile configuration of a variant (13 / 14 / 16 / 18 / 21 use the tiles of 0, 19 those of 2, 15 / 17 / 20 those of 3).
+// Tile configuration of a variant (13 / 14 / 16 / 18 / 21 / 22 / 24 use the tiles of 0, 19 / 23 those of 2, 15 / 17 /
+// 20 those of 3).
 template <int VAR>
 constexpr int kTileOf =
     (VAR == 13 || VAR == 14 || VAR == 16 || VAR == 18 || VAR == 21 || VAR == 22 || VAR == 24)
