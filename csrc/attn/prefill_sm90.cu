@@ -258,8 +258,19 @@ constexpr int kBM = 128;
 //      wait 0.13 vs 3.2 us, epilogue 2.0 vs 2.6, SM-finish spread 16 vs 9 us (58 vs 49), but the
 //      K / V tile loop 6-10% slower per tile than 48's with the same loop SASS (ncu: tensor pipe
 //      73 vs 79% active, more turn and K-full waits): varlen 8 x 2048 = 48, 8k / 32k +4..+8%.
-// Dispatched: 0-58.
-constexpr int kVariants = 59;
+//  59 / 60 (session 12, attnpk2) = 57 / 58 with the K / V boxes' kv-head coordinate made
+//      warp-uniform (KVU: one more redux.sync beside the tile / barrier / row operands). Why:
+//      in 57 the coordinate comes out of the row-block decode in a vector register, so ptxas
+//      put an R2UR inside each of the 20 boxes' elect loops, right before its UTMALDG (45 R2UR
+//      in a tile's issue path vs 48's 8): a serial R2UR -> UTMALDG chain per K and V tile,
+//      landing on the consumers' K-full wait (the 2-stage ring at BN 80 has about one turn of
+//      slack). nvcc 13.0: 11 R2UR, none in the elect loops, 240 instructions (48: 239), 168
+//      registers, 0 spills; the consumer code is 57's. On an H200 (same call, docs/benchmarks/
+//      2026-12-02-attn-prefill-s12.md): correct, memcheck / racecheck clean; loop per tile vs
+//      49: 8k +1.7% (58: +6.3%), varlen +3.1% (58: +6.1%); bench 59 vs 48: varlen -3.0% b2b /
+//      -2.5% do_bench, 8k / 32k squares +0.4..+3.5% (opt-in).
+// Dispatched: 0-60.
+constexpr int kVariants = 61;
 // BV variants: most sequences whose metadata travels in the launch parameters, and the page
 // entries per sequence (tile 0's 16-position groups at BN 80).
 constexpr int kBvSeqs = 64;
@@ -316,19 +327,19 @@ struct Cfg<256, VAR> {
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
   static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
-                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 58);
+                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 60);
   // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
   static constexpr bool QC = VAR >= 39 && VAR <= 41;
   // 41: the staged epilogue's shared-memory writes by stmatrix.
   static constexpr bool STM = VAR == 41;
   // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
-  static constexpr bool TQ = VAR >= 42 && VAR <= 58;
+  static constexpr bool TQ = VAR >= 42 && VAR <= 60;
   // 44-52: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
-  static constexpr bool TQW = VAR >= 44 && VAR <= 58;
+  static constexpr bool TQW = VAR >= 44 && VAR <= 60;
   // 46 / 47: TQW + DEFER -- K tile 1 and V tile 0 are issued only once Q has landed.
   static constexpr bool DEFER = VAR == 46 || VAR == 47;
   // 48 / 49: TQW + KU -- a full K / V tile's boxes issued by one lane with uniform operands.
-  static constexpr bool KU = VAR >= 48 && VAR <= 58;
+  static constexpr bool KU = VAR >= 48 && VAR <= 60;
   // 50 / 52: TL whose fields 7 / 8 stamp the K pair's first warp (K tile 0's issuer).
   static constexpr bool KTL = VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56;
   // 51 / 52: KE -- K tile 0's operands prepared at entry, its boxes issued first thing.
@@ -340,9 +351,12 @@ struct Cfg<256, VAR> {
   static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
                             VAR == 38 || VAR == 40 || VAR == 43 || VAR == 45 || VAR == 47 ||
                             VAR == 49 || VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56 ||
-                            VAR == 58;
+                            VAR == 58 || VAR == 60;
   // 57 / 58: PK -- 48 as a persistent kernel (prefill_pk_kernel; see kVariants).
-  static constexpr bool PK = VAR == 57 || VAR == 58;
+  static constexpr bool PK = VAR >= 57 && VAR <= 60;
+  // 59 / 60: KVU -- 57 / 58 with the K / V boxes' kv-head coordinate made warp-uniform
+  // (redux.sync) next to the other TMA operands (see kVariants).
+  static constexpr bool KVU = VAR == 59 || VAR == 60;
   static constexpr bool PF = VAR == 28 || VAR == 29;
   static constexpr bool STEP = PF || VAR >= 30;
   static constexpr bool EARLY = VAR >= 31;
@@ -2791,6 +2805,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
                 __reduce_max_sync(0xffffffffu, sKV + uint32_t(2 * s + kv) * TILE);
             const uint32_t fb_u = __reduce_max_sync(0xffffffffu, fb);
             const uint32_t kv_u = __reduce_max_sync(0xffffffffu, uint32_t(kv));
+            // KVU: the kv-head coordinate too (57 / 58 keep it in a vector register, which
+            // ptxas moves to a uniform one by an R2UR inside each of the 20 boxes' issue).
+            const uint32_t kvh_b =
+                C::KVU ? __reduce_max_sync(0xffffffffu, uint32_t(kvh)) : uint32_t(kvh);
             uint32_t cr[BN / 16];
 #pragma unroll
             for (int gg = 0; gg < BN / 16; ++gg) {
@@ -2803,7 +2821,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
 #pragma unroll
                 for (int cblk = 0; cblk < HD / 64; ++cblk) {
                   tma_load_3d(tile_u + uint32_t(cblk * BN * 128 + gg * 16 * 128), map, cblk * 64,
-                              int(kvh), int(cr[gg]), fb_u);
+                              int(kvh_b), int(cr[gg]), fb_u);
                 }
               }
               if (TL && j == 0 && kv_u == 0) tl_put(lin, 11, gtimer());
@@ -3392,11 +3410,11 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
       return int64_t(v > 0 ? v : 0);
     }();
     if (pk_ctas > 0) cap = pk_ctas;  // (above the SM count: CTAs with fewer row blocks each)
-    // 57: lists of fewer than 4 row blocks (launch slots, live or not) per CTA run 48, whose
+    // 57 / 59: lists of fewer than 4 row blocks (launch slots, live or not) per CTA run 48, whose
     // hardware-scheduled grid balances a few blocks per SM better than a static list, and
-    // where the hidden block start (~3.4 us per row block) is a small share. 58 (the timeline
+    // where the hidden block start (~3.4 us per row block) is a small share. 58 / 60 (timeline
     // form) always runs persistent.
-    if (VAR == 57 && nb < 4 * cap) return launch<HD, true, 48>(p, stream);
+    if ((VAR == 57 || VAR == 59) && nb < 4 * cap) return launch<HD, true, 48>(p, stream);
     const unsigned ctas = unsigned(nb < cap ? nb : cap);
     kernel_fn<HD, PP, VAR>()<<<ctas, kThreads, smem_bytes<HD, VAR>(), stream>>>(a);
     return launch_status();
@@ -3575,6 +3593,10 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 57>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 58:
           return p->scale > 0.f ? a::launch<256, true, 58>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 59:
+          return p->scale > 0.f ? a::launch<256, true, 59>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 60:
+          return p->scale > 0.f ? a::launch<256, true, 60>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

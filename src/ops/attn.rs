@@ -560,8 +560,14 @@ pub enum PrefillKernel {
     /// H200 (session 12, docs/benchmarks/2026-12-02-attn-prefill-s12.md): correct in every test,
     /// memcheck / racecheck clean, the row-block start hidden (-3.4 us per row block), but the
     /// K / V tile loop runs 6-10% slower than 48's (same SASS loop): varlen 8 x 2048 = 48, 8k /
-    /// 32k squares 4-8% slower. 44-58 opt-in except 48 (the default since session 10).
-    /// Same results up to rounding. Values above 58 are rejected ([`crate::Error::Shape`] naming
+    /// 32k squares 4-8% slower. 59 / 60 (session 12) = 57 / 58 with the K / V boxes' kv-head
+    /// coordinate made warp-uniform in the producer (57 / 58 move it to a uniform register
+    /// inside each box's issue: 45 R2UR in the tile's issue path vs 48's 8); on an H200 (same
+    /// document): correct in every prefill test, memcheck / racecheck clean, K / V loop per
+    /// tile +1.7% / +3.1% over 48's at 8k / varlen (57: +6%), varlen 8 x 2048 -3.0% vs 48 back
+    /// to back, 8k / 32k squares 0.4-3.5% slower. 44-60 opt-in except 48 (the default since
+    /// session 10).
+    /// Same results up to rounding. Values above 60 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -594,7 +600,7 @@ const SM90_DEFAULT_VARIANT: i32 = 48;
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
 /// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 /
-/// 47 / 49 / 50 / 52 / 54 / 56 / 58
+/// 47 / 49 / 50 / 52 / 54 / 56 / 58 / 60
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -628,7 +634,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 58;
+const SM90_MAX_VARIANT: u8 = 60;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -652,7 +658,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     let width = check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=58", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=60", v));
         }
     }
     let t = tokens_of(OP, batch.host_cu_seqlens)?;
