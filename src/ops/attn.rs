@@ -840,8 +840,8 @@ pub fn decode_uses_sm90_kernel_if_possible() -> bool {
 pub enum DecodeKernel {
     /// The sm_90 CUDA kernel (`dk_attn_decode_sm90`) where the device runs it (compute
     /// capability 9.0 and a build with `90a`), else Triton. Its launcher picks the tile variant
-    /// (19 at one CTA per SM and <= 8 splits, since session 12; 0 at one CTA per SM and more
-    /// splits; else 3) and may use fewer context splits than `num_splits` (never more; the split
+    /// (19 at one CTA per SM, <= 8 splits and head dim 256, since session 12; 0 at one CTA per
+    /// SM otherwise; else 3) and may use fewer context splits than `num_splits` (never more; the split
     /// count whose CTAs spread most evenly over the SMs), from rows x kv heads and the SM count
     /// only, so the choice is fixed per CUDA-graph bucket.
     Auto,
@@ -887,8 +887,8 @@ pub enum DecodeKernel {
     /// combine, tiles of 2 / 0; H200 (session 12): correct and sanitizer-clean; 23 0.2-1.3%
     /// faster than 0 at the rows-16 / 64 shapes of one CTA per SM, 24 -2..+0.8% at rows 1. Auto
     /// picks 19 at one CTA per SM, <= 8 splits and head dim 256 (session 12's end check; 0.6-1.5%
-    /// faster than 0 at those shapes: at <= 8 splits every split is live anyway). Same results up to rounding. Values above 24 are rejected
-    /// ([`crate::Error::Shape`] naming `kernel`).
+    /// faster than 0 at those shapes: at <= 8 splits every split is live anyway). Same results up
+    /// to rounding. Values above 24 are rejected ([`crate::Error::Shape`] naming `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernels (one new token per row only).
     Triton,
