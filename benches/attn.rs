@@ -522,35 +522,35 @@ fn quick_decode(s: &Arc<CudaStream>) {
                 };
                 kernels.push((DecodeKernel::Triton, "triton".into()));
                 kernels.push((DecodeKernel::Auto, "sm90".into()));
+                // One decode call of this shape with `kernel` at `splits` (the sweep below and
+                // the timeline variants after it).
+                let mut run = |kernel: DecodeKernel, splits: usize| {
+                    attn::decode_with(
+                        kernel,
+                        s,
+                        &q,
+                        &kc,
+                        &vc,
+                        dims,
+                        kv,
+                        (&dlens, &lens),
+                        (&dtab, &table),
+                        None,
+                        splits,
+                        &mut ws,
+                        &mut out,
+                    )
+                    .unwrap();
+                };
                 for (kernel, kname) in &kernels {
-                    let mut call = |splits: usize| {
-                        attn::decode_with(
-                            *kernel,
-                            s,
-                            &q,
-                            &kc,
-                            &vc,
-                            dims,
-                            kv,
-                            (&dlens, &lens),
-                            (&dtab, &table),
-                            None,
-                            splits,
-                            &mut ws,
-                            &mut out,
-                        )
-                        .unwrap();
+                    let mut call = |splits: usize| run(*kernel, splits);
+                    // Auto at the heuristic split only; with CANDS=pick the explicit variants
+                    // at Auto's pick only (cands[1..]), else at every candidate.
+                    let sweep: &[usize] = match (*kernel == DecodeKernel::Auto, only_pick) {
+                        (true, _) => &cands[..1],
+                        (false, true) if cands.len() > 1 => &cands[1..],
+                        _ => &cands,
                     };
-                    let sweep: &[usize] =
-                        if *kernel == DecodeKernel::Auto || only_pick && cands.len() > 1 {
-                            if *kernel == DecodeKernel::Auto {
-                                &cands[..1]
-                            } else {
-                                &cands[1..]
-                            }
-                        } else {
-                            &cands
-                        };
                     for (i, &splits) in sweep.iter().enumerate() {
                         let tag = match i {
                             0 if splits == s0 => "_heuristic",
@@ -583,7 +583,7 @@ fn quick_decode(s: &Arc<CudaStream>) {
                 // DELTAKIT_BENCH_TIMELINE=<dir>: the per-CTA timeline of decode variant 12 (= 0)
                 // at 4 splits, as the graph replays leave it (the last call of the last
                 // replay), for the shapes in DELTAKIT_BENCH_TIMELINE_DECODE (default TP2 4k
-                // rows 16) -> <dir>/tld_<id>.txt (tools/dev_attn_check.py timeline-dec).
+                // rows 16) -> <dir>/tld_<id>_v<variant>.txt (tools/dev_attn_check.py timeline-dec).
                 if let Ok(dir) = std::env::var("DELTAKIT_BENCH_TIMELINE") {
                     let shapes = std::env::var("DELTAKIT_BENCH_TIMELINE_DECODE")
                         .unwrap_or_else(|_| "27b_tp2_ctx4096/16".into());
@@ -605,24 +605,7 @@ fn quick_decode(s: &Arc<CudaStream>) {
                                 .collect();
                         for tlv in tlvs {
                             let _ = attn::decode_sm90_timeline(0, 0);
-                            let t = graph_time(s, || {
-                                attn::decode_with(
-                                    DecodeKernel::Sm90Variant(tlv),
-                                    s,
-                                    &q,
-                                    &kc,
-                                    &vc,
-                                    dims,
-                                    kv,
-                                    (&dlens, &lens),
-                                    (&dtab, &table),
-                                    None,
-                                    splits,
-                                    &mut ws,
-                                    &mut out,
-                                )
-                                .unwrap();
-                            });
+                            let t = graph_time(s, || run(DecodeKernel::Sm90Variant(tlv), splits));
                             if let Some(secs) = t {
                                 emit(
                                     "attn_decode",
@@ -637,16 +620,13 @@ fn quick_decode(s: &Arc<CudaStream>) {
                             let ctas = rows * hkv * splits;
                             let (sp, mg) = attn::decode_sm90_timeline(ctas, rows * hq).unwrap();
                             let mut txt = String::new();
-                            for r in sp.chunks(attn::DECODE_TIMELINE_FIELDS) {
-                                let line: Vec<String> = r.iter().map(u64::to_string).collect();
-                                txt.push_str(&line.join(" "));
-                                txt.push('\n');
-                            }
-                            txt.push_str("merge\n");
-                            for r in mg.chunks(attn::DECODE_TIMELINE_FIELDS) {
-                                let line: Vec<String> = r.iter().map(u64::to_string).collect();
-                                txt.push_str(&line.join(" "));
-                                txt.push('\n');
+                            for (words, tail) in [(&sp, "merge\n"), (&mg, "")] {
+                                for r in words.chunks(attn::DECODE_TIMELINE_FIELDS) {
+                                    let line: Vec<String> = r.iter().map(u64::to_string).collect();
+                                    txt.push_str(&line.join(" "));
+                                    txt.push('\n');
+                                }
+                                txt.push_str(tail);
                             }
                             std::fs::write(
                                 format!("{dir}/tld_{}_v{tlv}.txt", id.replace('/', "_")),
