@@ -449,14 +449,16 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
     const int per = (tiles + a.splits - 1) / a.splits;
     ste_l = per > 0 ? (tiles + per - 1) / per : 1;
   }
-  const int ntiles =
-      STE ? ((hi + BN - 1) / BN > split && split < ste_l ? ((hi + BN - 1) / BN - split + ste_l - 1) / ste_l : 0)
-      : ST ? ((hi + BN - 1) / BN > split ? ((hi + BN - 1) / BN - split + a.splits - 1) / a.splits : 0)
-           : (hi > lo ? (DYN ? 1 : (hi - lo + BN - 1) / BN) : 0);
+  // ST / STE: this split's tiles among the ceil(hi / BN) of the context, every stride-th from tile
+  // `split` (stride S, or L under STE, where splits >= L have none).
+  const int ctx_tiles = (hi + BN - 1) / BN;
+  const int stride = STE ? ste_l : a.splits;
+  const int ntiles = ST ? (ctx_tiles > split && (!STE || split < ste_l) ? (ctx_tiles - split + stride - 1) / stride : 0)
+                        : (hi > lo ? (DYN ? 1 : (hi - lo + BN - 1) / BN) : 0);
   // ST: first position of this split's tile i (int64: S * BN may be large), clamped to hi so that
   // a look-ahead past the last tile stays in int range and loads nothing.
   [[maybe_unused]] auto st_tile0 = [&](int i) -> int {
-    const int64_t p = (int64_t(split) + int64_t(i) * (STE ? ste_l : a.splits)) * BN;
+    const int64_t p = (int64_t(split) + int64_t(i) * stride) * BN;
     return p < int64_t(hi) ? int(p) : hi;
   };
   if constexpr (TL) {
@@ -637,8 +639,8 @@ __global__ void __launch_bounds__(Cfg<HD, VAR>::WARPS * 32, 1) decode_kernel(con
       if (st < EARLY) {
         // Looked up at entry; positions >= seq_len dropped now.
         const bool in = int64_t(split + int64_t(st) * a.splits) * BN + warp * 16 + (lane & 15) < int64_t(hi);
-        pf_pages[st] = in ? st_pages[st < EARLY ? st : 0] : -1;
-        pf_slots[st] = st_slots[st < EARLY ? st : 0];
+        pf_pages[st] = in ? st_pages[st] : -1;
+        pf_slots[st] = st_slots[st];
       } else {
         prefetch(pf_starts[st]);  // STE: stages >= 1 after seq_len
         pf_pages[st] = pf_page;
