@@ -22,12 +22,14 @@
 // the state-dependent part of the previous chunk; the split kernels below keep that stage layout.
 // split_local_kernel / split_state_kernel: mma.sync m16n8k16 bf16 -> f32 with ldmatrix operands (accumulator ->
 // A-operand reuse keeps S, E, v in registers); split_wg_kernel: the state side on wgmma.
+#include <cuda.h>  // CUtensorMap and its enums (kTma; the encoder is fetched from the driver at run time)
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "../common/launch.cuh"
 #include "chunk_prefill_fused_sm90.h"
@@ -101,6 +103,14 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+// kTma (VAR & 1073741824): one 64 x 64 bf16 box (128-byte rows, 128-byte swizzle) of a 2-D tensor map at (c0 columns,
+// c1 rows) into shared memory, completing on the stage's mbarrier (complete_tx).
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
@@ -273,6 +283,15 @@ struct SplitArgs {
             // launch with every loader "timing out" at once (variant bit 1024: a test of the fix-up path)
   const struct CpSeg* cps;  // context parallelism (bit 4096) only: the state kernel's segment records (launch_cp)
 };
+// SplitArgs + the tensor maps of variant bit 1073741824 (kTma, session 13): 2-D maps of q / k ([T rows][H_k K
+// columns], row stride q_stride / k_stride) and v ([T][H_v V], v_stride), bf16, box 64 x 64, 128-byte swizzle
+// (encode_rows_map). The launchers carry this; only the kTma instances of split_wg_kernel take it as their parameter
+// (WgArgs), every other kernel gets the SplitArgs slice, so their parameter layout (and code) is unchanged.
+struct SplitLaunch : SplitArgs {
+  CUtensorMap tm_q, tm_k, tm_v;
+};
+template <int VAR>
+using WgArgs = typename std::conditional<(VAR & 1073741824) != 0, SplitLaunch, SplitArgs>::type;
 // Context parallelism (variant bit 4096, launch_cp): one record per state-kernel grid row (blockIdx.x) instead of a
 // sequence: tokens [bos, eos) (64-token aligned from the sequence start), the chunk id of its first chunk, the state
 // blocks f32 [H_v, K, V] it starts from (nullptr: zeros, or the identity with kCpIdent) and ends in (nullptr: not
@@ -1018,7 +1037,8 @@ __global__ void split_wg_prof_print() {
 }
 
 template <int VAR>
-__global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_wg_kernel(const SplitArgs args) {
+__global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1)
+    split_wg_kernel(const __grid_constant__ WgArgs<VAR> args) {
 #ifdef DK_GDR_FUSED_SM90A
   constexpr bool kProf = (VAR & 2) != 0, kAhead = (VAR & 32) != 0, kChain = (VAR & 128) != 0;
   // kPair (VAR & 8192): two state warpgroups per CTA (both 64-column halves of 128 value columns), see kWg2Stage.
@@ -1093,6 +1113,16 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
   // loaders re-arm it only after the stage's release, i.e. after every state thread saw the phase.
   constexpr bool kImgBulk = (VAR & 536870912) != 0;
   static_assert(!kImgBulk || (kMbarEmpty && !kAhead && (VAR & 512) == 0 && !kNoLd), "bulk image: mbarrier release");
+  // kTma (VAR & 1073741824; session 13, opt-in, gdrtma; with kImgBulk): the K / Q panels and the V tile(s) of every FULL
+  // chunk (n = 64 rows) by tensor-map TMA (args.tm_q / tm_k / tm_v: 64 x 64 bf16 boxes with the 128-byte swizzle,
+  // which is exactly the panels' XOR-by-(row & 7) layout on the 1024-aligned stage): loader thread 0 adds their bytes
+  // (32 KB + 8 / 16 KB) to the image's expect_tx on the stage's mbarrier and issues 5 (single, CP) / 6 (pair) copies
+  // instead of 2,560 / 3,072 16-byte cp.async. The ragged last chunk of a sequence or segment (n < 64) keeps the
+  // cp.async path (rows >= n zero-filled exactly as before: a box would read the next sequence's rows), as does a
+  // context-parallel v = 0 record's V tile (zero-filled). Row coordinates are token indices (int32: the host encodes
+  // the maps only for T < 2^31; the byte offsets come from the maps' 64-bit strides).
+  constexpr bool kTma = (VAR & 1073741824) != 0;
+  static_assert(!kTma || (kImgBulk && kChain && !kPP), "tensor-map loads: with the bulk image, chain form, no ping-pong");
   __shared__ __align__(8) unsigned long long s_img[kSpNs];
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
@@ -1190,6 +1220,13 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
     const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(p.v);
     const int64_t cbase = kCp ? args.cps[seq].chunk0 : int64_t(reinterpret_cast<const int*>(args.w.coff)[seq]);
     const bool vzero = kCp && (cpf & kCpVZero) != 0;
+    if constexpr (kTma) {
+      if (lt == 0)
+        asm volatile("prefetch.tensormap [%0];\nprefetch.tensormap [%1];\nprefetch.tensormap [%2];\n"
+                     ::"l"(reinterpret_cast<uint64_t>(&args.tm_k)), "l"(reinterpret_cast<uint64_t>(&args.tm_q)),
+                     "l"(reinterpret_cast<uint64_t>(&args.tm_v))
+                     : "memory");
+    }
     for (int64_t c = 0; c < nc; ++c) {
       const int st = int(c % kNs);
       if (c >= kNs) {
@@ -1201,33 +1238,40 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       const uint32_t sin = abase + st * kStg;
       const int64_t t0 = bos + c * kC;
       const int n = int(eos - t0 < kC ? eos - t0 : kC);
+      // kTma: a full chunk's K / Q panels (and V tiles unless v = 0) come by TMA below, the ragged tail's by cp.async
+      [[maybe_unused]] const bool tfull = kTma && n == kC;
       if constexpr (!kNoLd) {  // (kNoLd: no copies)
+        if (!tfull) {
 #pragma unroll(kPair ? 2 : 8)
-        for (int i = 0; i < 8; ++i) {
-          const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
-          const int rr = row < n ? row : 0;
-          const uint32_t bytes = row < n ? 16u : 0u;
-          const uint32_t off = uint32_t(ch >> 3) * kPan + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
-          cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
-          cp_async16(sin + kQo + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
-        }
-        if constexpr (kPair) {  // two V tiles (the warpgroups' 64-column halves), each laid out as the single one
-#pragma unroll 2
           for (int i = 0; i < 8; ++i) {
             const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
             const int rr = row < n ? row : 0;
+            const uint32_t bytes = row < n ? 16u : 0u;
             const uint32_t off =
-                uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
-            cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n ? 16u : 0u);
+                uint32_t(ch >> 3) * kPan + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+            cp_async16(sin + kOK + off, kp + (t0 + rr) * p.k_stride + hk * kK + ch * 8, bytes);
+            cp_async16(sin + kQo + off, qp + (t0 + rr) * p.q_stride + hk * kK + ch * 8, bytes);
           }
-        } else {
+        }
+        if (!tfull || vzero) {
+          if constexpr (kPair) {  // two V tiles (the warpgroups' 64-column halves), each laid out as the single one
+#pragma unroll 2
+            for (int i = 0; i < 8; ++i) {
+              const int idx = lt + 128 * i, row = idx >> 4, ch = idx & 15;
+              const int rr = row < n ? row : 0;
+              const uint32_t off =
+                  uint32_t(ch >> 3) * 8192u + uint32_t(row * 128) + (uint32_t(((ch & 7) ^ (row & 7))) << 4);
+              cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8, row < n ? 16u : 0u);
+            }
+          } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
-            const int rr = row < n ? row : 0;
-            const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
-            cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8,
-                       row < n && !vzero ? 16u : 0u);
+            for (int i = 0; i < 4; ++i) {
+              const int idx = lt + 128 * i, row = idx >> 3, ch = idx & 7;
+              const int rr = row < n ? row : 0;
+              const uint32_t off = uint32_t(row * 128) + (uint32_t((ch ^ (row & 7))) << 4);
+              cp_async16(sin + kOV + off, vp + (t0 + rr) * p.v_stride + hv * V + colb + ch * 8,
+                         row < n && !vzero ? 16u : 0u);
+            }
           }
         }
       }
@@ -1258,8 +1302,27 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1) split_w
       const unsigned char* src = reinterpret_cast<const unsigned char*>(args.w.img) + uint64_t(pi * HV + hv) * kStRest;
       if constexpr (kImgBulk) {
         if (lt == 0) {
-          mbar_expect_tx(smem_u32(&s_img[st]), kStRest);
-          bulk_g2s(sin + kIn, src, kStRest, smem_u32(&s_img[st]));
+          const uint32_t bar = smem_u32(&s_img[st]);
+          if constexpr (kTma) {
+            if (tfull) {  // + the K / Q panels and V tile(s) of this full chunk: 5 / 6 boxes of 8 KB
+              mbar_expect_tx(bar, kStRest + 32768u + (vzero ? 0u : (kPair ? 16384u : 8192u)));
+              const int r0 = int(t0), ck = hk * kK;
+              tma_2d(sin + kOK, &args.tm_k, ck, r0, bar);
+              tma_2d(sin + kOK + kPan, &args.tm_k, ck + 64, r0, bar);
+              tma_2d(sin + kQo, &args.tm_q, ck, r0, bar);
+              tma_2d(sin + kQo + kPan, &args.tm_q, ck + 64, r0, bar);
+              if (!vzero) {
+                const int cv = int(hv * V + colb);
+                tma_2d(sin + kOV, &args.tm_v, cv, r0, bar);
+                if constexpr (kPair) tma_2d(sin + kOV + 8192u, &args.tm_v, cv + 64, r0, bar);
+              }
+            } else {
+              mbar_expect_tx(bar, kStRest);
+            }
+          } else {
+            mbar_expect_tx(bar, kStRest);
+          }
+          bulk_g2s(sin + kIn, src, kStRest, bar);
         }
       } else if constexpr (!kNoLd) {
         for (int idx = lt; idx < int(kStRest / 16); idx += 128)
@@ -1800,7 +1863,7 @@ namespace {
 dk_status sm90a_image(int dev) { return dk::sm90a_image(dev) ? DK_OK : DK_ERR_NO_KERNEL_IMAGE; }
 
 template <int VAR>
-dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s);
+dk_status launch_split(const dk::gdr_fused::SplitLaunch& a, cudaStream_t s);
 
 // DELTAKIT_GDR_ROUTE_LOG=1 (a test diagnostic, read once per process; session 9): one stderr line per wgmma state-kernel
 // launch of launch_split / launch_cp naming the route, the kernel's template variant and its grid, so that a test or
@@ -1847,7 +1910,7 @@ void route_log(const char* route, int sv, dim3 g) {
 //   work holds SMs, (3) still progresses when it leaves; malformed cu_seqlens (clamped chunk ids whose flag never
 //   comes) time out into the same path.
 template <int VAR>
-dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
+dk_status launch_overlap(const dk::gdr_fused::SplitLaunch& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   const DkGdrPrefillFusedParams& p = a.p;
   constexpr int LV = VAR & (67 | 512), SV = VAR & (434 | 512 | 8192);
@@ -1906,16 +1969,18 @@ dk_status launch_overlap(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
 // 2048, still only K = V = 128 with the region). VAR with 512 (4817 = 721 + 4096): where CP is not used, the overlap
 // (launch_overlap, its own model) instead of 209.
 template <int VAR>
-dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
+dk_status launch_cp(const dk::gdr_fused::SplitLaunch& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   // BASE: 209, or 721 (the overlap); L4: the local pass at 4 CTAs / SM (bit 16384, on 209 only)
   // MB: the mbarrier stage release (bit 65536, on 28881 only: 94417) in every state kernel this launch takes
   // SO: the stmatrix output store (bit 2097152, session 10 opt-in) in every state kernel this launch takes
   // + the deferred output store (bit 16777216) / two X groups (33554432) (session 11 opt-in), likewise; PD (bits
   // 67108864, session 11, 134217728 and 268435456, session 12): read by launch_split only (the pair route's own
-  // forms); the bulk image (bit 536870912, session 12) in every state kernel, as SO
+  // forms); the bulk image (bit 536870912, session 12) and the tensor-map K / Q / V loads (bit 1073741824, session
+  // 13) in every state kernel, as SO
   constexpr int BASE = VAR & 1023, L4 = VAR & 16384, MB = VAR & 65536, LV = VAR & (67 | 16384),
-                SO = VAR & (2097152 | 16777216 | 33554432 | 536870912), PD = VAR & (67108864 | 134217728 | 268435456),
+                SO = VAR & (2097152 | 16777216 | 33554432 | 536870912 | 1073741824),
+                PD = VAR & (67108864 | 134217728 | 268435456),
                 SV = (VAR & 434) | 4096 | MB | SO;
   static_assert((VAR & (64 | 16)) == (64 | 16) && (VAR & (2 | 4 | 8 | 32)) == 0, "cp: wgmma + per-key-head");
   const DkGdrPrefillFusedParams& p = a.p;
@@ -1968,14 +2033,14 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   cp_plan_kernel<<<static_cast<unsigned>((N + 127) / 128), 128, 0, s>>>(a, rec, scratch, w0);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   const unsigned hv = static_cast<unsigned>(p.h_v), vb = static_cast<unsigned>(p.v_dim / kBV);
-  SplitArgs a1 = a;
+  SplitLaunch a1 = a;
   a1.cps = rec;
   route_log("cp pass 1", SV, dim3(vb, hv, static_cast<unsigned>(3 * N)));
   split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(3 * N)), kThreads, kWgSmem, s>>>(a1);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
   cp_scan_kernel<<<dim3(static_cast<unsigned>(N), hv, 4 * vb), 256, 0, s>>>(a, rec);
   if (const dk_status st = dk::launch_status(); st != DK_OK) return st;
-  SplitArgs a2 = a;
+  SplitLaunch a2 = a;
   a2.cps = rec + 3 * N;
   route_log("cp pass 3", SV, dim3(vb, hv, static_cast<unsigned>(2 * N)));
   split_wg_kernel<SV><<<dim3(vb, hv, static_cast<unsigned>(2 * N)), kThreads, kWgSmem, s>>>(a2);
@@ -1983,7 +2048,7 @@ dk_status launch_cp(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
 }
 
 template <int VAR>
-dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
+dk_status launch_split(const dk::gdr_fused::SplitLaunch& a, cudaStream_t s) {
   using namespace dk::gdr_fused;
   if constexpr ((VAR & 512) != 0) {
     return launch_overlap<VAR>(a, s);
@@ -1995,7 +2060,8 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
   // the two X groups (33554432); the single CTA ignores it. Bit 134217728 (session 12): the pair state CTA's two
   // warpgroups ping-pong on the tensor pipe (split_wg_kernel kPP), 268435456 (session 12) its loaders copy nothing
   // (kNoLd, a measurement); the single CTA ignores both. Bit 536870912 (session 12): the bulk image (kImgBulk)
-  constexpr int SV0 = VAR & (434 | 8192 | 32768 | 65536 | 2097152 | 16777216 | 33554432 | 536870912);
+  // (and the tensor-map K / Q / V loads, kTma), bit 1073741824 (session 13), on every route
+  constexpr int SV0 = VAR & (434 | 8192 | 32768 | 65536 | 2097152 | 16777216 | 33554432 | 536870912 | 1073741824);
   constexpr int LV = VAR & (67 | 16384),
                 SV1 = kPair && (VAR & 67108864) != 0 ? ((SV0 & ~33554432) | 16777216) : SV0,
                 SV = SV1 | (kPair ? VAR & (134217728 | 268435456) : 0);
@@ -2035,6 +2101,47 @@ dk_status launch_split(const dk::gdr_fused::SplitArgs& a, cudaStream_t s) {
 }  // namespace
 
 namespace {
+// cuTensorMapEncodeTiled from the driver through cudart's entry-point query (no libcuda link; the approach of
+// csrc/attn/prefill_sm90.cu's encode_tiled). nullptr where the driver does not have it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn gdr_encode_tiled() {
+  static std::atomic<EncodeTiledFn> fn{nullptr};
+  EncodeTiledFn f = fn.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    void* raw = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &raw, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && raw != nullptr) {
+      f = reinterpret_cast<EncodeTiledFn>(raw);
+      fn.store(f, std::memory_order_release);
+    } else {
+      (void)cudaGetLastError();
+    }
+  }
+  return f;
+}
+// The split state kernel's tensor map of a bf16 [rows][cols] view with a row stride of `stride` elements (q / k:
+// rows = T, cols = H_k K; v: cols = H_v V), box 64 columns x 64 rows, 128-byte swizzle (the K / Q panels' and the V
+// tile's layout), L2 promotion 256 B. false (the caller then keeps the cp.async loads) where the encoder is missing or
+// the view does not fit a map: rows >= 2^31 (the kernel's row coordinate is an int32 token index), cols not a multiple
+// of 64 or >= 2^31, a stride below the row or not a multiple of 8 elements (16 bytes), a byte stride >= 2^40, a base
+// not 16-aligned.
+bool encode_rows_map(CUtensorMap* m, uint64_t base, int64_t cols, int64_t rows, int64_t stride) {
+  const EncodeTiledFn f = gdr_encode_tiled();
+  if (f == nullptr || base == 0 || base % 16 != 0 || rows <= 0 || rows > 0x7fffffffLL || cols < 64 || cols % 64 != 0 ||
+      cols > 0x7fffffffLL || stride < cols || stride % 8 != 0 || stride > (int64_t(1) << 38))
+    return false;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(stride) * 2u};
+  const cuuint32_t box[2] = {64, 64};
+  const cuuint32_t elem[2] = {1, 1};
+  return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, reinterpret_cast<void*>(base), dims, strides, box, elem,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 // The variants dk_gdr_chunk_prefill_split_sm90 dispatches (exactly its switch below), so that the check refuses every
 // other one before the caller enqueues anything (session 8: 8192 / 12496 / 4112 / 9937 passed the old bit rules and
 // were refused only by the dispatch, after the caller's chunk_offsets / chunk_map launches).
@@ -2043,9 +2150,11 @@ bool split_variant_known(int v) {
   // chunk_local_wgmma_sm90.cu), on 2060497, 4157649, 71266513 (gdr-state) or 205484241 (gdr-state, session 12) only
   // session 12 (gdr-state): bit 268435456 (the pair's loaders copy nothing: a measurement, WRONG results) or
   // 536870912 (the state kernels' image by one bulk copy), not both, on 71266513 or 205484241 (+ 12582912 or not)
-  if ((v & (268435456 | 536870912)) != 0) {
+  // session 13 (gdrtma): bit 1073741824 (the tensor-map K / Q / V loads) only with 536870912, not with the ping-pong
+  if ((v & (268435456 | 536870912 | 1073741824)) != 0) {
     if ((v & 268435456) != 0 && (v & 536870912) != 0) return false;
-    const int b = v & ~(12582912 | 268435456 | 536870912);
+    if ((v & 1073741824) != 0 && ((v & 536870912) == 0 || (v & 134217728) != 0)) return false;
+    const int b = v & ~(12582912 | 268435456 | 536870912 | 1073741824);
     return b == 71266513 || b == 205484241;
   }
   if ((v & 12582912) != 0) {
@@ -2109,7 +2218,8 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
     return DK_ERR_INVALID_ARGUMENT;
   if (p->num_seqs == 0) return DK_OK;
   if ((p->variant & 512) != 0 && (ws->flags == 0 || ws->flags % 4)) return DK_ERR_INVALID_ARGUMENT;
-  SplitArgs a{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
+  SplitLaunch a{};
+  static_cast<SplitArgs&>(a) = SplitArgs{*p, *ws, (p->variant & 1024) != 0 ? 2 : 0, nullptr};
   auto* s = static_cast<cudaStream_t>(stream);
   // 159953 = 28881 + 131072 (session 9): 28881's routes with the local pass on wgmma (chunk_local_wgmma_sm90.cu;
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
@@ -2118,6 +2228,15 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
     const bool pp = (p->variant & ~(12582912 | 268435456 | 536870912)) == 205484241;
     if ((p->variant & 268435456) != 0)
       return pp ? launch_cp<kB | 134217728 | 268435456>(a, s) : launch_cp<kB | 268435456>(a, s);
+    // session 13 (gdrtma): + 1073741824, the K / Q / V tiles of full chunks by tensor-map TMA (split_wg_kernel kTma):
+    // the maps are encoded here, per call, from the views; where one cannot be encoded (no driver entry point, T >=
+    // 2^31, an odd stride) the call runs the same variant without the bit (the cp.async loads: same values)
+    if ((p->variant & 1073741824) != 0 && !pp) {
+      if (encode_rows_map(&a.tm_q, p->q, p->h_k * p->k_dim, p->num_tokens, p->q_stride) &&
+          encode_rows_map(&a.tm_k, p->k, p->h_k * p->k_dim, p->num_tokens, p->k_stride) &&
+          encode_rows_map(&a.tm_v, p->v, p->h_v * p->v_dim, p->num_tokens, p->v_stride))
+        return launch_cp<kB | 536870912 | 1073741824>(a, s);
+    }
     return pp ? launch_cp<kB | 134217728 | 536870912>(a, s) : launch_cp<kB | 536870912>(a, s);
   }
   if ((p->variant & 12582912) != 0) {  // session 11: the local pass's bits 4194304 / 8388608 (checked above)

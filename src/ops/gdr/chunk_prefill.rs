@@ -412,7 +412,10 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// 620720337 / 754938065 on 83849425; 205484241 = 71266513 + 134217728; 620720337 the default
 /// since session 12's end check), same values; +
 /// 268435456 instead of 536870912 (352284881 / 486502609: the pair's loaders copy nothing, a
-/// measurement with WRONG results); any other
+/// measurement with WRONG results); state kernel (session 13, opt-in): + 1073741824 on a variant
+/// with 536870912 and without 134217728 (1694462161 = 620720337 + 1073741824: the K / Q / V tiles
+/// of every full 64-token chunk by tensor-map TMA, the maps encoded per call; where a map cannot
+/// be encoded the same variant without the bit runs), same values; any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
 /// `Err(the text)`: the calls where the split pipeline runs fail with that error (a measurement
@@ -1335,6 +1338,7 @@ mod tests {
             218_067_153,
             620_720_337,
             754_938_065,
+            1_694_462_161,
             SPLIT_VARIANT,
         ] {
             assert_eq!(split_variant_measurement_only(v), None, "{v}");
