@@ -97,6 +97,9 @@ if [[ $parts == *" sanitize "* ]]; then
   # Session 12: the default 620720337 (the stage image by one bulk copy on every route) is what the lines above run;
   # memcheck of its single-CTA route on the padding / flags test ran at the top. The previous default once more:
   SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=83849425" san memcheck gdr_chunk_prefill -- default_routes_pair_and_context_parallel
+  # Session 13: the default 1694462161 (K / Q / V of full chunks by tensor-map TMA on every route) is what the lines
+  # above run; the previous default (its cp.async K / Q / V loads are also the fallback where no map can be encoded):
+  SAN_ENV="DELTAKIT_GDR_SPLIT_VARIANT=620720337" san memcheck gdr_chunk_prefill -- default_routes_pair_and_context_parallel
   S+=("sanitizers: $(since "$t")")
 fi
 

@@ -1120,7 +1120,9 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1)
   // instead of 2,560 / 3,072 16-byte cp.async. The ragged last chunk of a sequence or segment (n < 64) keeps the
   // cp.async path (rows >= n zero-filled exactly as before: a box would read the next sequence's rows), as does a
   // context-parallel v = 0 record's V tile (zero-filled). Row coordinates are token indices (int32: the host encodes
-  // the maps only for T < 2^31; the byte offsets come from the maps' 64-bit strides).
+  // the maps only for T < 2^31; the byte offsets come from the maps' 64-bit strides). In the library default since
+  // session 13 (1694462161): H200 -3.7 / -4.8 / -3.1 / -5.9% at 27B TP1 / TP2 / 9B 8 x 8192 / 9B 1 x 65536 vs
+  // 620720337 in one call, state kernel -3.5% single / -6.4% pair (ncu); docs/benchmarks/2026-12-02-gdr-state-s13.md.
   constexpr bool kTma = (VAR & 1073741824) != 0;
   static_assert(!kTma || (kImgBulk && kChain && !kPP), "tensor-map loads: with the bulk image, chain form, no ping-pong");
   __shared__ __align__(8) unsigned long long s_img[kSpNs];

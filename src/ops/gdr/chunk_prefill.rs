@@ -410,12 +410,13 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// (session 12): + 134217728 (the pair state CTA's two warpgroups take turns on the tensor pipe), +
 /// 536870912 (the stage image by one TMA bulk copy), both, on 71266513 or 83849425 (218067153 /
 /// 620720337 / 754938065 on 83849425; 205484241 = 71266513 + 134217728; 620720337 the default
-/// since session 12's end check), same values; +
+/// from session 12's end check to session 13), same values; +
 /// 268435456 instead of 536870912 (352284881 / 486502609: the pair's loaders copy nothing, a
-/// measurement with WRONG results); state kernel (session 13, opt-in): + 1073741824 on a variant
-/// with 536870912 and without 134217728 (1694462161 = 620720337 + 1073741824: the K / Q / V tiles
-/// of every full 64-token chunk by tensor-map TMA, the maps encoded per call; where a map cannot
-/// be encoded the same variant without the bit runs), same values; any other
+/// measurement with WRONG results); state kernel (session 13): + 1073741824 on a variant with
+/// 536870912 and without 134217728 (1694462161 = 620720337 + 1073741824, the default since
+/// session 13: the K / Q / V tiles of every full 64-token chunk by tensor-map TMA, the maps
+/// encoded per call; where a map cannot be encoded the same variant without the bit runs), same
+/// values; any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
 /// `Err(the text)`: the calls where the split pipeline runs fail with that error (a measurement
@@ -577,7 +578,16 @@ const TRITON_PIPELINE: PrefillPipeline = PrefillPipeline::WsplitSplitz;
 /// ms vs 83849425 0.3960 / 0.3032 / 1.6031 / 2.3371 (three passes, faster in each), GPU tests of
 /// the library and engine 83 / 83, memcheck and racecheck 0 on every route
 /// (`docs/benchmarks/2026-12-02-end-check-s12.md`).
-const SPLIT_VARIANT: i32 = 620_720_337;
+/// 1694462161 (session 13, gdrtma) = 620720337 with the K / Q panels and V tile(s) of every full
+/// 64-token chunk loaded by tensor-map TMA (`cp.async.bulk.tensor.2d`, 128-byte swizzle, 5 / 6
+/// copies on the stage's mbarrier instead of 2,560 / 3,072 16-byte `cp.async`; bit 1073741824,
+/// every route; the ragged last chunk keeps `cp.async`; the maps encoded per call, else the same
+/// variant without the bit; same values). H200 2026-12-02, one call, A B A B: 0.3800 / 0.2865 /
+/// 1.4456 / 2.1284 ms vs 620720337 0.3947 / 0.3008 / 1.4912 / 2.2630 at 27B TP1 / TP2 1 x 8192,
+/// 9B 8 x 8192 / 1 x 65536 (-3.7 / -4.8 / -3.1 / -5.9%, faster in both passes; state kernel -3.5%
+/// single, -6.4% pair under ncu), GPU tests 20/20 under it, memcheck and racecheck 0 on its
+/// single, pair and context-parallel kernels (`docs/benchmarks/2026-12-02-gdr-state-s13.md`).
+const SPLIT_VARIANT: i32 = 1_694_462_161;
 
 /// Whether [`chunk_prefill`] stores W as bf16 hi / lo planes for `K = V = 128`
 /// ([`pipeline_selected`] is [`PrefillPipeline::Wsplit`], [`PrefillPipeline::WsplitSplitz`] or
