@@ -7,6 +7,11 @@
 #  2. tests/gdr_chunk_prefill.rs (whole binary) under each TESTS variant, beside the SAN compute-sanitizer runs
 #     (tool:variant:test filter[,filter]);
 #  3. ncu (SpeedOfLight + WarpStateStats) of the state kernel: NCU (shape:variant).
+# Call 2 (a local build that accepted 1828679889 = 754938065 + the bit, the pair's ping-pong with the TMA loads) ran it
+# with BENCH="1694462161 1828679889" BFILT=9b_16x32/8x8192 PASSES=3 TESTS=1828679889 SAN="memcheck:1828679889:default_routes
+# racecheck:1828679889:default_routes racecheck:1828679889:ragged" NCU_RE="local_wgmma_kernel|split_wg_kernel" NCU_N=3
+# (kernel regex, launches per ncu run). Its dispatch's ping-pong test did not mask bit 1073741824, so the candidate ran
+# T's kernels (an A / A noise check of T); main refuses 1073741824 with 134217728.
 # Here:  DELTAKIT_BUNDLE_DIR=.gpu-gdrtma DELTAKIT_BUNDLE_TESTS="--workspace --test gdr_chunk_prefill" \
 #          DELTAKIT_BUNDLE_BENCHES="-p deltakit --bench gdr_chunk_prefill" tools/gpu-bundle
 # There (carry .gpu-gdrtma, this file copied in as .gpu-gdrtma/call.sh): OUT=$OUT bash .gpu-gdrtma/call.sh
@@ -32,7 +37,7 @@ export DELTAKIT_REQUIRE_GPU=1
 for r in $(seq "$PASSES"); do
   for v in $BENCH; do
     ( cd "$B/root" && DELTAKIT_GDR_SPLIT_VARIANT=$v DELTAKIT_GDR_ROUTE_LOG=$([ "$r" = 1 ] && echo 1 || echo 0) \
-        timeout 45 "$bexe" --bench --warm-up-time 0.1 --measurement-time 0.4 ) >/tmp/b.log 2>/tmp/r.log
+        timeout 45 "$bexe" --bench ${BFILT:-} --warm-up-time 0.1 --measurement-time 0.4 ) >/tmp/b.log 2>/tmp/r.log
     echo "=== $v pass $r rc $? at $(el)s" >>"$o/bench.log"
     grep -E "^gdr_chunk_prefill/|time:" /tmp/b.log >>"$o/bench.log"
     [ "$r" = 1 ] && { echo "routes $v:"; sort /tmp/r.log | uniq -c | sort -rn | head -6; } >>"$o/routes.txt"
@@ -69,14 +74,15 @@ echo "tests done at $(el)s" >>"$o/summary.txt"
 for sv in $NCU; do
   IFS=: read -r shp v <<<"$sv"
   [ "$(el)" -gt $((DEADLINE - 10)) ] && { echo "ncu $shp $v skipped (time)" >>"$o/summary.txt"; continue; }
-  ( cd "$B/root" && DELTAKIT_GDR_SPLIT_VARIANT=$v timeout 30 ncu --kernel-name regex:split_wg_kernel --launch-count 1 \
+  ( cd "$B/root" && DELTAKIT_GDR_SPLIT_VARIANT=$v timeout 30 ncu --kernel-name "regex:${NCU_RE:-split_wg_kernel}" \
+      --launch-count "${NCU_N:-1}" \
       --section SpeedOfLight --section WarpStateStats "$bexe" --bench "$shp" \
       --warm-up-time 0.02 --measurement-time 0.02 ) >/tmp/n.log 2>&1
-  { echo "######## $shp $v rc $?"; grep -E "split_wg_kernel|Elapsed Cycles|Duration|SM Active Cycles|Compute \(SM\)|Memory Throughput|Warp Cycles Per Issued" /tmp/n.log | head -12; } >>"$o/ncu.txt"
+  { echo "######## $shp $v rc $?"; grep -E "_kernel|Elapsed Cycles|Duration|SM Active Cycles|Compute \(SM\)|Memory Throughput|Warp Cycles Per Issued" /tmp/n.log | head -$((12 * ${NCU_N:-1})); } >>"$o/ncu.txt"
 done
 echo "all done at $(el)s" >>"$o/summary.txt"
 echo "==== bench (ms, middle estimate, in run order)"
 awk '/^=== /{v=$2} /^gdr_chunk_prefill\//{s=$1} /time:/ && s!="" {u=$5; x=$4; if (u=="µs" || u=="us") x/=1000; t[s]=t[s] sprintf(" %s=%.4f", v, x); s=""}
      END {for (k in t) print k t[k]}' "$o/bench.log" | sort | tee "$o/table.txt"
 cat "$o/routes.txt"
-cat "$o/summary.txt"; grep -E "######|Elapsed Cycles" "$o/ncu.txt" 2>/dev/null | paste - - | awk '{print $2, $3, $(NF)}'
+cat "$o/summary.txt"; grep -E "######|_kernel|Duration" "$o/ncu.txt" 2>/dev/null | cut -c1-120
