@@ -222,7 +222,7 @@ fn write_timeline(path: &str, blocks: usize) {
 }
 
 /// Bench names of the sm_90a prefill tile variants (`PrefillKernel::Sm90Variant`).
-const VARIANT_NAMES: [&str; 61] = [
+const VARIANT_NAMES: [&str; 65] = [
     "sm90v0", "sm90v1", "sm90v2", "sm90v3", "sm90v4", "sm90v5", "sm90v6", "sm90v7", "sm90v8",
     "sm90v9", "sm90v10", "sm90v11", "sm90v12", "sm90v13", "sm90v14", "sm90v15", "sm90v16",
     "sm90v17", "sm90v18", "sm90v19", "sm90v20", "sm90v21", "sm90v22", "sm90v23", "sm90v24",
@@ -230,7 +230,7 @@ const VARIANT_NAMES: [&str; 61] = [
     "sm90v33", "sm90v34", "sm90v35", "sm90v36", "sm90v37", "sm90v38", "sm90v39", "sm90v40",
     "sm90v41", "sm90v42", "sm90v43", "sm90v44", "sm90v45", "sm90v46", "sm90v47", "sm90v48",
     "sm90v49", "sm90v50", "sm90v51", "sm90v52", "sm90v53", "sm90v54", "sm90v55", "sm90v56",
-    "sm90v57", "sm90v58", "sm90v59", "sm90v60",
+    "sm90v57", "sm90v58", "sm90v59", "sm90v60", "sm90v61", "sm90v62", "sm90v63", "sm90v64",
 ];
 
 fn emit(group: &str, id: &str, kernel: &str, secs: f64, work: f64, unit: &str) {
@@ -286,11 +286,11 @@ fn quick() {
         let mut out = s.alloc_zeros::<bf16>(t * hq * 256).unwrap();
         let mut kernels = vec![(PrefillKernel::Auto, "sm90")];
         if !std::env::var("DELTAKIT_TEST_SKIP_PINGPONG").is_ok_and(|v| v == "1") {
-            // Tile variants besides the default (Auto: 48, session 10): 48 itself and 30 (the
-            // default in sessions 7-9); 0-47 measured before (NOTES.md).
+            // Tile variants besides the default (Auto: 61, session 13): 61 itself and 48 (the
+            // default in sessions 10-12); 0-60 measured before (NOTES.md).
             // DELTAKIT_BENCH_PREFILL_VARIANTS=<comma list> replaces the list.
             let list =
-                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "48,30".into());
+                std::env::var("DELTAKIT_BENCH_PREFILL_VARIANTS").unwrap_or_else(|_| "61,48".into());
             for v in list.split(',').filter_map(|v| v.trim().parse::<u8>().ok()) {
                 kernels.push((
                     PrefillKernel::Sm90Variant(v),

@@ -387,6 +387,9 @@ fn check_prefill_case(
         // cp.async) and 46 (44 + K tile 1 / V tile 0 deferred until Q landed) passed every test
         // and both sanitizers on an H200 (opt-in; 48, the default since session 10, is Auto).
         kernels.extend([44, 46].map(PrefillKernel::Sm90Variant));
+        // Session 13: 61 (48 + the sequence-grouped block order) is Auto; 48, the default of
+        // sessions 10-12 and 61's fallback for lists beyond 31 bits, stays in the loop.
+        kernels.push(PrefillKernel::Sm90Variant(48));
     }
     // DELTAKIT_TEST_PREFILL_VARIANTS=7,10,11: the default kernel and these tile variants only
     // (the sanitizer runs of new variants).

@@ -68,10 +68,10 @@ def timeline(path):
     # The persistent timeline variant (38): fields 8-11 are the producer's stamps, not the Q
     # path of a launched CTA.
     persist = "_v38" in str(path)
-    # The PK persistent timeline variants (58, 60): one record per row block at its LPT index;
+    # The PK persistent timeline variants (58, 60, 64): one record per row block at its LPT index;
     # field 1 = consumer warpgroup 0 starts the row block, 9 = it released the Q tile, 10 = the Q
     # boxes issued, 11 = K tile 0 issued; 7 / 8 unused.
-    pk = "_v58" in str(path) or "_v60" in str(path)
+    pk = any(f"_v{v}" in str(path) for v in (58, 60, 64))
     for line in open(path):
         f = [int(x) for x in line.split()]
         if len(f) in (8, 12) and f[1] and all(f[1:7]):

@@ -269,8 +269,18 @@ constexpr int kBM = 128;
 //      2026-12-02-attn-prefill-s12.md): correct, memcheck / racecheck clean; loop per tile vs
 //      49: 8k +1.7% (58: +6.3%), varlen +3.1% (58: +6.1%); bench 59 vs 48: varlen -3.0% b2b /
 //      -2.5% do_bench, 8k / 32k squares +0.4..+3.5% (opt-in).
-// Dispatched: 0-60.
-constexpr int kVariants = 61;
+//  61-64 (session 13, attnpk3) = 48 / 49 / 59 / 60 with the sequence-grouped LPT order (SG,
+//      sg_decode; group size: seq_group_of). Why: 48's order runs the heaviest row blocks of
+//      every (sequence, kv head) pair together, so at varlen 8 x 2048 (27B TP1, 64 MB of K / V)
+//      every wave streamed the batch's K / V from DRAM (ncu: L2 hit rate 66%, 956 MB read for
+//      265 MB of Q + K / V). 63 runs 61 below 4 row blocks per CTA or for a K / V span above
+//      kPkMaxSeqlen; 62 / 64 = the timeline forms. On an H200 (docs/benchmarks/
+//      2026-12-02-attn-prefill-s13.md): correct in every test, memcheck / racecheck clean; 61 vs
+//      48 at varlen: L2 hit 88.5%, DRAM 270 MB, -6.4% back to back / -5.1% do_bench, the other
+//      shapes within noise (same order): 61 is the default since session 13. 63 / 64 run
+//      their tile loop 4-9% slower than 59 / 60 even where the order is unchanged (not found).
+// Dispatched: 0-64.
+constexpr int kVariants = 65;
 // BV variants: most sequences whose metadata travels in the launch parameters, and the page
 // entries per sequence (tile 0's 16-position groups at BN 80).
 constexpr int kBvSeqs = 64;
@@ -281,27 +291,31 @@ template <int HD, int VAR>
 struct Cfg;
 template <int VAR>
 struct Cfg<256, VAR> {
-  static constexpr int BN = (VAR == 1 || VAR >= 5) ? 80 : (VAR == 3 ? 48 : 64);
-  static constexpr int STAGES = VAR == 3 ? 3 : 2;
-  static constexpr bool LATE_P = VAR != 0;
-  static constexpr int PROD_REGS = VAR >= 4 ? 56 : 40;
-  static constexpr int CONS_REGS = VAR >= 4 ? 224 : 232;
-  static constexpr bool REORDER = VAR == 6 || VAR == 8;
-  static constexpr bool FAST = VAR == 7 || VAR == 8 || VAR >= 9;
-  static constexpr bool TMA = VAR == 9 || VAR == 14 || VAR == 15 || VAR >= 17;
-  static constexpr bool ORDERED = (VAR >= 10 && VAR <= 15) || VAR >= 17;
-  static constexpr bool SPLIT = (VAR >= 12 && VAR <= 15) || VAR >= 17;
+  // 61-64 (SG): 48 / 49 / 59 / 60 with the sequence-grouped LPT order; every other flag is
+  // the base variant's.
+  static constexpr int B = VAR == 61 ? 48 : VAR == 62 ? 49 : VAR == 63 ? 59 : VAR == 64 ? 60 : VAR;
+  static constexpr bool SG = VAR >= 61 && VAR <= 64;
+  static constexpr int BN = (B == 1 || B >= 5) ? 80 : (B == 3 ? 48 : 64);
+  static constexpr int STAGES = B == 3 ? 3 : 2;
+  static constexpr bool LATE_P = B != 0;
+  static constexpr int PROD_REGS = B >= 4 ? 56 : 40;
+  static constexpr int CONS_REGS = B >= 4 ? 224 : 232;
+  static constexpr bool REORDER = B == 6 || B == 8;
+  static constexpr bool FAST = B == 7 || B == 8 || B >= 9;
+  static constexpr bool TMA = B == 9 || B == 14 || B == 15 || B >= 17;
+  static constexpr bool ORDERED = (B >= 10 && B <= 15) || B >= 17;
+  static constexpr bool SPLIT = (B >= 12 && B <= 15) || B >= 17;
   // Variants >= 10 carry their own schedule: 10-15 even = ping-pong, 17-22 odd = ping-pong.
-  static constexpr bool PP = VAR < 10 || VAR == 16 ||
-                            (VAR <= 15 ? VAR % 2 == 0 : (VAR >= 23 || VAR % 2 == 1));
-  static constexpr bool LPT = (VAR >= 10 && VAR <= 16) || VAR == 19 || VAR == 20 || VAR >= 23;
-  static constexpr bool STAGED = VAR >= 19;
+  static constexpr bool PP = B < 10 || B == 16 ||
+                            (B <= 15 ? B % 2 == 0 : (B >= 23 || B % 2 == 1));
+  static constexpr bool LPT = (B >= 10 && B <= 16) || B == 19 || B == 20 || B >= 23;
+  static constexpr bool STAGED = B >= 19;
   // 23/24: the persistent kernel (prefill_persist_kernel); 24 at most 8 CTAs (a test variant).
   // 36 (session 7, round 2): 23 with a compile-time start stage per block (S0T below); 37 = 36
   // with at most 8 CTAs (as 24: many blocks per CTA in the small / sanitizer cases).
   // 38 = 36 recording the per-block timeline (TL; measurement).
-  static constexpr bool PERSIST = VAR == 23 || VAR == 24 || (VAR >= 36 && VAR <= 38);
-  static constexpr bool CAP8 = VAR == 24 || VAR == 37;
+  static constexpr bool PERSIST = B == 23 || B == 24 || (B >= 36 && B <= 38);
+  static constexpr bool CAP8 = B == 24 || B == 37;
   // 25-27 (session 6; the ids of session 5's removed PHANTOM / OVERLAP variants reused), all
   // variant 19 plus -- 25/26: QV -- Q loaded by the V producer pair (warp 2: the rows of consumer
   // warpgroup 0, warp 3: those of warpgroup 1, each half on its own mbarrier, row addresses
@@ -326,49 +340,49 @@ struct Cfg<256, VAR> {
   // first 64/G tokens), the other rows and warpgroups with rows past the sequence by the
   // threads' stores as 30. (Session 6's second box at the negative head hh0 - G raised an
   // illegal instruction on an H200, session 7; removed.) 35 = 34 + TL (measurement).
-  static constexpr bool QV = VAR == 25 || VAR == 26 || VAR == 28 || VAR == 29 ||
-                            (VAR >= 30 && VAR <= 35) || (VAR >= 39 && VAR <= 60);
+  static constexpr bool QV = B == 25 || B == 26 || B == 28 || B == 29 ||
+                            (B >= 30 && B <= 35) || (B >= 39 && B <= 60);
   // 39-41: QV's layout and epilogue, but Q loaded by the consumer warpgroups (QC).
-  static constexpr bool QC = VAR >= 39 && VAR <= 41;
+  static constexpr bool QC = B >= 39 && B <= 41;
   // 41: the staged epilogue's shared-memory writes by stmatrix.
-  static constexpr bool STM = VAR == 41;
+  static constexpr bool STM = B == 41;
   // 42 / 43: Q by TMA (one barrier for the 128 rows), tensor maps prefetched at entry.
-  static constexpr bool TQ = VAR >= 42 && VAR <= 60;
+  static constexpr bool TQ = B >= 42 && B <= 60;
   // 44-52: TQ with the whole-token boxes only, issued by one lane (TQW; see kVariants).
-  static constexpr bool TQW = VAR >= 44 && VAR <= 60;
+  static constexpr bool TQW = B >= 44 && B <= 60;
   // 46 / 47: TQW + DEFER -- K tile 1 and V tile 0 are issued only once Q has landed.
-  static constexpr bool DEFER = VAR == 46 || VAR == 47;
+  static constexpr bool DEFER = B == 46 || B == 47;
   // 48 / 49: TQW + KU -- a full K / V tile's boxes issued by one lane with uniform operands.
-  static constexpr bool KU = VAR >= 48 && VAR <= 60;
+  static constexpr bool KU = B >= 48 && B <= 60;
   // 50 / 52: TL whose fields 7 / 8 stamp the K pair's first warp (K tile 0's issuer).
-  static constexpr bool KTL = VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56;
+  static constexpr bool KTL = B == 50 || B == 52 || B == 54 || B == 56;
   // 51 / 52: KE -- K tile 0's operands prepared at entry, its boxes issued first thing.
-  static constexpr bool KE = VAR >= 51 && VAR <= 56;
+  static constexpr bool KE = B >= 51 && B <= 56;
   // 53-56: BV -- the block's metadata from the launch parameters (see kVariants).
-  static constexpr bool BV = VAR >= 53 && VAR <= 56;
+  static constexpr bool BV = B >= 53 && B <= 56;
   // 55 / 56: EI -- Q and K tile 0 issued before the block's __syncthreads (see kVariants).
-  static constexpr bool EI = VAR == 55 || VAR == 56;
-  static constexpr bool TL = VAR == 26 || VAR == 27 || VAR == 29 || VAR == 33 || VAR == 35 ||
-                            VAR == 38 || VAR == 40 || VAR == 43 || VAR == 45 || VAR == 47 ||
-                            VAR == 49 || VAR == 50 || VAR == 52 || VAR == 54 || VAR == 56 ||
-                            VAR == 58 || VAR == 60;
+  static constexpr bool EI = B == 55 || B == 56;
+  static constexpr bool TL = B == 26 || B == 27 || B == 29 || B == 33 || B == 35 ||
+                            B == 38 || B == 40 || B == 43 || B == 45 || B == 47 ||
+                            B == 49 || B == 50 || B == 52 || B == 54 || B == 56 ||
+                            B == 58 || B == 60;
   // 57 / 58: PK -- 48 as a persistent kernel (prefill_pk_kernel; see kVariants).
-  static constexpr bool PK = VAR >= 57 && VAR <= 60;
+  static constexpr bool PK = B >= 57 && B <= 60;
   // 59 / 60: KVU -- 57 / 58 with the K / V boxes' kv-head coordinate made warp-uniform
   // (redux.sync) next to the other TMA operands (see kVariants).
-  static constexpr bool KVU = VAR == 59 || VAR == 60;
-  static constexpr bool PF = VAR == 28 || VAR == 29;
-  static constexpr bool STEP = PF || VAR >= 30;
-  static constexpr bool EARLY = VAR >= 31;
-  static constexpr bool Q4 = VAR == 32 || VAR == 33;
-  static constexpr bool OST = VAR == 34 || VAR == 35;
+  static constexpr bool KVU = B == 59 || B == 60;
+  static constexpr bool PF = B == 28 || B == 29;
+  static constexpr bool STEP = PF || B >= 30;
+  static constexpr bool EARLY = B >= 31;
+  static constexpr bool Q4 = B == 32 || B == 33;
+  static constexpr bool OST = B == 34 || B == 35;
   // The same tiles in the kv-head-major order (LPT grids above 2^31 blocks; 10-13, 16 -> 7).
-  static constexpr int NO_LPT = VAR == 14                ? 17
-                                : VAR == 15              ? 18
-                                : VAR == 19 || VAR >= 23 ? 21
-                                : VAR == 20              ? 22
-                                : VAR >= 10              ? 7
-                                                         : VAR;
+  static constexpr int NO_LPT = B == 14                ? 17
+                                : B == 15              ? 18
+                                : B == 19 || B >= 23 ? 21
+                                : B == 20              ? 22
+                                : B >= 10              ? 7
+                                                         : B;
 };
 template <int VAR>
 struct Cfg<128, VAR> {
@@ -405,6 +419,7 @@ struct Cfg<128, VAR> {
   static constexpr bool EARLY = false;
   static constexpr bool Q4 = false;
   static constexpr bool OST = false;
+  static constexpr bool SG = false;
   static constexpr int NO_LPT = VAR;
 };
 template <int VAR>
@@ -442,6 +457,7 @@ struct Cfg<64, VAR> {
   static constexpr bool EARLY = false;
   static constexpr bool Q4 = false;
   static constexpr bool OST = false;
+  static constexpr bool SG = false;
   static constexpr int NO_LPT = VAR;
 };
 
@@ -468,6 +484,9 @@ struct Args {
   DkAttnPrefillSm90Params p;
   int64_t max_m_blocks;
   int group;
+  // SG variants (61-64): sequences per group of the sequence-grouped LPT order (>= 1; the
+  // launcher's choice, see launch). In the padding before tmap_k: no other field moves.
+  uint32_t seq_group;
   // Variant 9 (TMA): descriptors of the K and V caches as bf16 [num_pages * page_size][HKV][HD]
   // (dims innermost first: HD, HKV, rows), box 64 x 1 x 16, 128B swizzle. Unused otherwise.
   CUtensorMap tmap_k;
@@ -495,6 +514,31 @@ struct Args {
 static_assert(sizeof(Args) <= 4096, "the launch parameters stay within the classic 4 KB");
 
 #ifdef DK_ATTN_SM90A
+// SG variants (61-64): the sequence-grouped LPT order. The launch index (or the persistent
+// list's entry) walks groups of a.seq_group consecutive sequences one after the other (the
+// last group holds the rest), and inside a group 48's LPT order: row block heaviest first, then
+// the group's sequence, kv head fastest. Why: the plain LPT order runs the heaviest row blocks
+// of every sequence and kv head together, so a batch whose K / V (all sequences, all kv heads)
+// is larger than L2 streams it from DRAM again for every wave of row blocks (varlen 8 x 2048 at
+// 27B TP1: 64 MB of K / V, L2 hit rate 66% vs 93% at the 8k square, ncu session 12); a group's
+// K / V stays in L2 while its row blocks run. One group = the whole batch is 48's order.
+// 32-bit: the launcher keeps the list below 2^31 entries.
+__device__ __forceinline__ void sg_decode(uint32_t lin, const Args& a, uint32_t& seq,
+                                          uint32_t& kvh, uint32_t& mbi) {
+  const uint32_t hkv = uint32_t(a.p.n_kv_heads);
+  const uint32_t nseq = uint32_t(a.p.num_seqs);
+  const uint32_t sg = a.seq_group;
+  const uint32_t per_seq = uint32_t(a.max_m_blocks) * hkv;
+  const uint32_t g = lin / (sg * per_seq);
+  const uint32_t r = lin - g * (sg * per_seq);
+  const uint32_t s0 = g * sg;
+  const uint32_t ng = min(sg, nseq - s0);
+  const uint32_t rest = r / hkv;
+  kvh = r - rest * hkv;
+  const uint32_t mi = rest / ng;
+  seq = s0 + (rest - mi * ng);
+  mbi = mi;
+}
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
@@ -783,7 +827,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     }
   }
   int64_t seq, mb, kvh;
-  if constexpr (Cfg<HD, VAR>::LPT) {
+  if constexpr (Cfg<HD, VAR>::SG) {
+    uint32_t sq, kh, mi;
+    sg_decode(blockIdx.y * gridDim.x + blockIdx.x, a, sq, kh, mi);
+    seq = sq;
+    kvh = kh;
+    mb = a.max_m_blocks - 1 - int64_t(mi);
+  } else if constexpr (Cfg<HD, VAR>::LPT) {
     // Launch order (x fastest) -> row block (heaviest first), sequence, kv head (fastest).
     // 32-bit: the launcher keeps gridDim.x * gridDim.y below 2^31 for these variants.
     const uint32_t lin = blockIdx.y * gridDim.x + blockIdx.x;
@@ -2658,7 +2708,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
     int cu_lo, cu_hi, ctx;
   };
   auto raw_of = [&](uint32_t lin) {
-    const uint32_t seq = (lin / hkv_u) % nseq_u;
+    uint32_t seq;
+    if constexpr (C::SG) {
+      uint32_t kh, mi;
+      sg_decode(lin, a, seq, kh, mi);
+    } else {
+      seq = (lin / hkv_u) % nseq_u;
+    }
     Raw r;
     r.cu_lo = __ldg(cu + seq);
     r.cu_hi = __ldg(cu + seq + 1);
@@ -2667,10 +2723,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_pk_kernel(const __grid_co
   };
   auto decode = [&](uint32_t lin, const Raw& r) {
     Item it;
-    const uint32_t rest = lin / hkv_u;
-    it.kvh = int64_t(lin - rest * hkv_u);
-    it.seq = int64_t(rest % nseq_u);
-    const int64_t mb = a.max_m_blocks - 1 - int64_t(rest / nseq_u);
+    int64_t mb;
+    if constexpr (C::SG) {
+      uint32_t sq, kh, mi;
+      sg_decode(lin, a, sq, kh, mi);
+      it.kvh = int64_t(kh);
+      it.seq = int64_t(sq);
+      mb = a.max_m_blocks - 1 - int64_t(mi);
+    } else {
+      const uint32_t rest = lin / hkv_u;
+      it.kvh = int64_t(lin - rest * hkv_u);
+      it.seq = int64_t(rest % nseq_u);
+      mb = a.max_m_blocks - 1 - int64_t(rest / nseq_u);
+    }
     const int cu_lo = r.cu_lo;
     const int cu_hi = r.cu_hi;
     it.ctx = r.ctx;
@@ -3311,6 +3376,51 @@ inline int sm_count(int dev) {
   return v;
 }
 
+// SG variants (61-64): sequences per group of the sequence-grouped LPT order (sg_decode). The
+// K / V of a group (kv_span_of positions per sequence, all kv heads, K and V) within
+// kSgBudget bytes, so it stays in L2 while the group's row blocks run, but at least
+// kSgMinWaves waves of row-block slots per group (the heaviest row blocks of the last group
+// start early enough to end with the rest), at most the batch (= 48's order).
+// DELTAKIT_ATTN_SEQ_GROUP=<n> (diagnostic, read once per process) sets n instead. H200, 27B TP1
+// varlen 8 x 2048 (8 MiB of K / V per sequence), 61 with sg = 8 (= 48's order) / 4 / 2 / 1: 871 /
+// 846 / 832 / 808 us back to back (docs/benchmarks/2026-12-02-attn-prefill-s13.md): the smallest
+// groups won, hence 8 MiB and one wave.
+constexpr int64_t kSgBudget = int64_t(8) << 20;
+// 63: the longest K / V span (kv_span_of) the persistent form runs (see launch).
+constexpr int64_t kPkMaxSeqlen = 4096;
+constexpr int64_t kSgMinWaves = 1;
+// The longest K / V span of a sequence (new tokens + prior context) as far as the host knows:
+// max_seqlen plus the largest host_ctx_lens entry where the caller passed that array (the
+// launch parameters carry no other host copy of ctx_lens).
+inline int64_t kv_span_of(const DkAttnPrefillSm90Params& p) {
+  int64_t ctx = 0;
+  if (p.host_ctx_lens != 0) {
+    const int* h = reinterpret_cast<const int*>(p.host_ctx_lens);
+    for (int64_t i = 0; i < p.num_seqs; ++i) ctx = h[i] > ctx ? int64_t(h[i]) : ctx;
+  }
+  return p.max_seqlen + ctx;
+}
+inline uint32_t seq_group_of(const DkAttnPrefillSm90Params& p, int64_t max_m_blocks, int sms) {
+  static const int64_t forced = [] {
+    const char* e = getenv("DELTAKIT_ATTN_SEQ_GROUP");
+    const long v = e != nullptr ? strtol(e, nullptr, 10) : 0;
+    return int64_t(v > 0 ? v : 0);
+  }();
+  const int64_t n = p.num_seqs;
+  int64_t sg = forced;
+  if (sg == 0) {
+    const int64_t kv_seq = p.n_kv_heads * kv_span_of(p) * p.head_dim * 4;  // K + V, bf16
+    sg = kSgBudget / (kv_seq > 0 ? kv_seq : 1);
+    const int64_t per_seq = max_m_blocks * p.n_kv_heads;
+    const int64_t want = kSgMinWaves * int64_t(sms > 0 ? sms : 132);
+    const int64_t min_sg = (want + per_seq - 1) / (per_seq > 0 ? per_seq : 1);
+    if (sg < min_sg) sg = min_sg;
+  }
+  if (sg < 1) sg = 1;
+  if (sg > n) sg = n;
+  return uint32_t(sg);
+}
+
 template <int HD, bool PP, int VAR>
 dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   int dev = 0;
@@ -3393,6 +3503,15 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
   }
   const int64_t gx = p.num_seqs * a.max_m_blocks;
   if (gx <= 0 || gx > 0x7fffffffLL || p.n_kv_heads > 65535) return DK_ERR_INVALID_ARGUMENT;
+  a.seq_group = 1;
+  if constexpr (Cfg<HD, VAR>::SG) {
+    // 32-bit list (sg_decode); else the base variant's order (48 / 59 fall back as they do).
+    if (gx * p.n_kv_heads > 0x7fffffffLL) {
+      constexpr int FB = Cfg<HD, VAR>::B;
+      return launch<HD, PP, FB>(p, stream);
+    }
+    a.seq_group = seq_group_of(p, a.max_m_blocks, sm_count(dev));
+  }
   if constexpr (Cfg<HD, VAR>::PK) {
     // 57 / 58: one CTA per SM (fewer for fewer row blocks) walking the LPT list; a list beyond
     // 31 bits runs 48 (which then takes its kv-head-major order).
@@ -3415,6 +3534,13 @@ dk_status launch(const DkAttnPrefillSm90Params& p, cudaStream_t stream) {
     // where the hidden block start (~3.4 us per row block) is a small share. 58 / 60 (timeline
     // form) always runs persistent.
     if ((VAR == 57 || VAR == 59) && nb < 4 * cap) return launch<HD, true, 48>(p, stream);
+    // 63 (the SG form of 59) also runs 61 for K / V spans above kPkMaxSeqlen: there a row
+    // block's K / V tile loop, which runs 1.7-3.1% slower per tile in the PK code than in 48's
+    // (session 12), outweighs the hidden row-block start (59 vs 48: varlen 8 x 2048 -3.0%,
+    // 8k / 32k squares +0.4..+3.5%). 64 (timeline form) always runs persistent.
+    if (VAR == 63 && (nb < 4 * cap || kv_span_of(p) > kPkMaxSeqlen)) {
+      return launch<HD, true, 61>(p, stream);
+    }
     const unsigned ctas = unsigned(nb < cap ? nb : cap);
     kernel_fn<HD, PP, VAR>()<<<ctas, kThreads, smem_bytes<HD, VAR>(), stream>>>(a);
     return launch_status();
@@ -3597,6 +3723,14 @@ extern "C" dk_status dk_attn_prefill_sm90(const DkAttnPrefillSm90Params* p, dk_s
           return p->scale > 0.f ? a::launch<256, true, 59>(*p, s) : a::launch<256, true, 5>(*p, s);
         case 60:
           return p->scale > 0.f ? a::launch<256, true, 60>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 61:
+          return p->scale > 0.f ? a::launch<256, true, 61>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 62:
+          return p->scale > 0.f ? a::launch<256, true, 62>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 63:
+          return p->scale > 0.f ? a::launch<256, true, 63>(*p, s) : a::launch<256, true, 5>(*p, s);
+        case 64:
+          return p->scale > 0.f ? a::launch<256, true, 64>(*p, s) : a::launch<256, true, 5>(*p, s);
 
         case 8:
           if (!pp) return DK_ERR_UNSUPPORTED;

@@ -136,10 +136,15 @@ typedef struct DkAttnPrefillSm90Params {
    * snake order over the list; lists of fewer than 4 row blocks per SM run 48), 58 = 57 always
    * persistent, recording the timeline (session 11, reworked in session 12; H200: correct and
    * sanitizer-clean, = 48 at varlen 8 x 2048, 4-8% slower at the 8k / 32k squares); 59 / 60 =
-   * 57 / 58 with the K / V boxes' kv-head coordinate warp-uniform in the producer (session 12).
-   * The safe wrapper's default: 48 (session 10; 30 in sessions 7-9, 25 in session 6).
-   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-60 ignore `schedule` and, as 7,
-   * need scale > 0 (else variant 5 runs); outside 0..=60:
+   * 57 / 58 with the K / V boxes' kv-head coordinate warp-uniform in the producer (session 12);
+   * 61-64 = 48 / 49 / 59 / 60 with the sequence-grouped block order (groups of consecutive
+   * sequences whose K / V fits 8 MiB run one after the other, 48's order inside a group; 63 runs
+   * 61 below 4 row blocks per SM or for a K / V span above 4096; DELTAKIT_ATTN_SEQ_GROUP=<n>
+   * sets the sequences per group; session 13).
+   * The safe wrapper's default: 61 (session 13; 48 in sessions 10-12, 30 in sessions 7-9, 25 in
+   * session 6).
+   * Variants 1-9 need schedule 1 (else DK_ERR_UNSUPPORTED); 10-64 ignore `schedule` and, as 7,
+   * need scale > 0 (else variant 5 runs); outside 0..=64:
    * DK_ERR_INVALID_ARGUMENT. Same results up to rounding. */
   int32_t variant;
   /** Optional host copies (host addresses; 0 = not given) of cu_seqlens i32 [N+1], ctx_lens i32

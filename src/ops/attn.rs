@@ -565,9 +565,21 @@ pub enum PrefillKernel {
     /// inside each box's issue: 45 R2UR in the tile's issue path vs 48's 8); on an H200 (same
     /// document): correct in every prefill test, memcheck / racecheck clean, K / V loop per
     /// tile +1.7% / +3.1% over 48's at 8k / varlen (57: +6%), varlen 8 x 2048 -3.0% vs 48 back
-    /// to back, 8k / 32k squares 0.4-3.5% slower. 44-60 opt-in except 48 (the default since
-    /// session 10).
-    /// Same results up to rounding. Values above 60 are rejected ([`crate::Error::Shape`] naming
+    /// to back, 8k / 32k squares 0.4-3.5% slower. 61-64 (session 13) = 48 / 49 / 59 / 60 with
+    /// the sequence-grouped block order (SG): row blocks walk groups of consecutive sequences
+    /// one group after the other (48's heaviest-first order inside a group; the group's K / V
+    /// within 8 MiB and at least one wave of row blocks; one group = the batch = 48's order, so
+    /// single-sequence shapes are unchanged), so a group's K / V stays in L2 instead of every
+    /// wave streaming the whole batch's K / V from DRAM (`DELTAKIT_ATTN_SEQ_GROUP=<n>` sets the
+    /// sequences per group, a test / measurement aid); 62 / 64 record the timeline (as 49 /
+    /// 58); 63 runs 61 below 4 row blocks per SM or for a K / V span above 4096 positions. On
+    /// an H200 (docs/benchmarks/2026-12-02-attn-prefill-s13.md): correct in every test,
+    /// memcheck / racecheck clean; 61 vs 48 at varlen 8 x 2048 (27B TP1): L2 hit rate 88.5 vs
+    /// 65.6%, DRAM reads 270 vs 956 MB, -6.4% back to back / -5.1% do_bench (0.94x / 0.86x torch
+    /// SDPA), every other shape within noise; 63 / 64 run their tile loop 4-9% slower than
+    /// 59 / 60 (not promoted). 44-64 opt-in except 61 (the default since session 13; 48 in
+    /// sessions 10-12).
+    /// Same results up to rounding. Values above 64 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
     Sm90Variant(u8),
     /// The portable Triton AOT kernel.
@@ -580,7 +592,14 @@ pub enum PrefillKernel {
 const SM90_DEFAULT_SCHEDULE: i32 = 1;
 
 /// The sm_90a kernel's default tile configuration at head dim 256 (see
-/// [`PrefillKernel::Sm90Variant`]): 48 since session 10 (below); before it 30 = 25 (19 -- 7 with the split TMA producer, the ordered
+/// [`PrefillKernel::Sm90Variant`]): 61 since session 13 = 48 (below) with the sequence-grouped
+/// block order (groups of consecutive sequences whose K / V fits 8 MiB run one after the other,
+/// 48's heaviest-first order inside each; single-sequence shapes keep 48's order). On an H200
+/// (2026-12-02, session 13, docs/benchmarks/2026-12-02-attn-prefill-s13.md), in a call with it as
+/// the default: every test of tests/attn.rs passed, memcheck / racecheck clean; against 48 in the
+/// same call: varlen 8 x 2048 -6.4% back to back / -5.1% do_bench (0.94x / 0.86x torch SDPA),
+/// the other ten shapes within -1.9..+0.7% (same order and steady loop). 48 in sessions 10-12;
+/// before it 30 = 25 (19 -- 7 with the split TMA producer, the ordered
 /// softmax, the LPT block order and the staged output, ping-pong -- with Q loaded by the V
 /// producer pair so K tile 0 issues at once) with the output rows addressed by stepping instead
 /// of a division per row. On an H200 (2026-12-01, session 7, docs/benchmarks/2026-12-01-attn-s7.md)
@@ -594,13 +613,13 @@ const SM90_DEFAULT_SCHEDULE: i32 = 1;
 /// it, memcheck / racecheck clean; against 30 in the same call (best of two, back to back):
 /// varlen 8 x 2048 863 vs 878 us (-1.7%), chunked -1.7%, 8k / 32k squares -1.1..-2.3%, 2k within
 /// -2.6..+0.2% (+0.2% = 0.2 us at 27B TP1 2k; a 2k recheck, best of three: -0.4..-1.5%).
-const SM90_DEFAULT_VARIANT: i32 = 48;
+const SM90_DEFAULT_VARIANT: i32 = 61;
 
 /// Words per row block in [`prefill_sm90_timeline`].
 pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 
 /// Measurement hook of the sm_90a timeline tile variants 26 / 27 / 29 / 33 / 35 / 38 / 40 / 43 / 45 /
-/// 47 / 49 / 50 / 52 / 54 / 56 / 58 / 60
+/// 47 / 49 / 50 / 52 / 54 / 56 / 58 / 60 / 62 / 64
 /// ([`PrefillKernel::Sm90Variant`]): the per-row-block records of the launches since the last
 /// call, [`PREFILL_TIMELINE_FIELDS`] words per block at its linear launch index (at most 16384
 /// blocks are recorded): 0 = SM id | K/V tiles << 32, then `%globaltimer` nanoseconds at entry,
@@ -613,7 +632,7 @@ pub const PREFILL_TIMELINE_FIELDS: usize = 12;
 /// the Q boxes issued, 7 / 8 = the Q-issuing warp past its register release / before its first
 /// box; 45 / 47 / 49: 7 = the partial-token Q rows issued, 8 = the bounds known (after the barrier sync of
 /// 9), 10 = the Q boxes issued; 50 / 52 / 54 / 56: as 49 but 7 / 8 = K tile 0's issuer past its register
-/// release / before its first box; 58, the persistent kernel: see its variant); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
+/// release / before its first box; 58 / 64, the persistent kernel: see its variant; 62 as 49); all-zero records = blocks not run (or without rows). Returns the first `blocks` records and clears the device buffer (synchronizes
 /// the device: synchronize the launching stream first). Not used by the library.
 ///
 /// # Errors
@@ -634,7 +653,7 @@ pub fn prefill_sm90_timeline(blocks: usize) -> Result<Vec<u64>> {
 }
 
 /// The largest tile variant `dk_attn_prefill_sm90` accepts.
-const SM90_MAX_VARIANT: u8 = 60;
+const SM90_MAX_VARIANT: u8 = 64;
 
 /// [`prefill`] with an explicit kernel choice (tests and benches compare both paths in one
 /// process; `DELTAKIT_ATTN_PREFILL` is not read). Same arguments, semantics and errors.
@@ -658,7 +677,7 @@ pub fn prefill_with<I: DevicePtr<i32>>(
     let width = check_dims(OP, dims)?;
     if let PrefillKernel::Sm90Variant(v) = kernel {
         if v > SM90_MAX_VARIANT {
-            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=60", v));
+            return Err(Error::shape(OP, "kernel", "an sm90 tile variant in 0..=64", v));
         }
     }
     let t = tokens_of(OP, batch.host_cu_seqlens)?;
