@@ -277,8 +277,11 @@ constexpr int kBM = 128;
 //      kPkMaxSeqlen; 62 / 64 = the timeline forms. On an H200 (docs/benchmarks/
 //      2026-12-02-attn-prefill-s13.md): correct in every test, memcheck / racecheck clean; 61 vs
 //      48 at varlen: L2 hit 88.5%, DRAM 270 MB, -6.4% back to back / -5.1% do_bench, the other
-//      shapes within noise (same order): 61 is the default since session 13. 63 / 64 run
-//      their tile loop 4-9% slower than 59 / 60 even where the order is unchanged (not found).
+//      shapes within noise (same order): 61 is the default since session 13. 63 = 59 at 48's
+//      order but 0.4-4.5% slower than 59 with SG: the PK list's static snake assignment balances
+//      a heaviest-first list, not SG's sawtooth one (list-scheduling model: +5 / +16 / +11% over
+//      the mean at sg 4 / 2 / 1 vs +0.1% at 48's order); SG in PK needs dynamic row-block
+//      fetching. 64's timeline loop at 8k (+9% over 60, same order there) is unexplained.
 // Dispatched: 0-64.
 constexpr int kVariants = 65;
 // BV variants: most sequences whose metadata travels in the launch parameters, and the page

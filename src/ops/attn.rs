@@ -576,8 +576,9 @@ pub enum PrefillKernel {
     /// an H200 (docs/benchmarks/2026-12-02-attn-prefill-s13.md): correct in every test,
     /// memcheck / racecheck clean; 61 vs 48 at varlen 8 x 2048 (27B TP1): L2 hit rate 88.5 vs
     /// 65.6%, DRAM reads 270 vs 956 MB, -6.4% back to back / -5.1% do_bench (0.94x / 0.86x torch
-    /// SDPA), every other shape within noise; 63 / 64 run their tile loop 4-9% slower than
-    /// 59 / 60 (not promoted). 44-64 opt-in except 61 (the default since session 13; 48 in
+    /// SDPA), every other shape within noise; 63 is 0.4-4.5% slower than 59 at varlen (the
+    /// persistent list's static snake assignment balances a heaviest-first list, not the
+    /// grouped one; not promoted). 44-64 opt-in except 61 (the default since session 13; 48 in
     /// sessions 10-12).
     /// Same results up to rounding. Values above 64 are rejected ([`crate::Error::Shape`] naming
     /// `kernel`).
