@@ -1124,7 +1124,9 @@ __global__ void __launch_bounds__((VAR & 8192) != 0 ? 384 : kThreads, 1)
   // session 13 (1694462161): H200 -3.7 / -4.8 / -3.1 / -5.9% at 27B TP1 / TP2 / 9B 8 x 8192 / 9B 1 x 65536 vs
   // 620720337 in one call, state kernel -3.5% single / -6.4% pair (ncu); docs/benchmarks/2026-12-02-gdr-state-s13.md.
   constexpr bool kTma = (VAR & 1073741824) != 0;
-  static_assert(!kTma || (kImgBulk && kChain && !kPP), "tensor-map loads: with the bulk image, chain form, no ping-pong");
+  // With kPP (session 13, gdrpp, opt-in: 1828679889): both warpgroups wait the stage's image mbarrier phase after their
+  // own FULL barrier; the loaders re-arm it only after both released the stage, as with the bulk image alone.
+  static_assert(!kTma || (kImgBulk && kChain), "tensor-map loads: with the bulk image, chain form");
   __shared__ __align__(8) unsigned long long s_img[kSpNs];
   __shared__ __align__(8) unsigned long long s_empty[kSpNs];
   // kOvl (VAR & 512): this kernel runs BEFORE / alongside the local pass (launch_split): the loaders wait for each
@@ -2152,10 +2154,11 @@ bool split_variant_known(int v) {
   // chunk_local_wgmma_sm90.cu), on 2060497, 4157649, 71266513 (gdr-state) or 205484241 (gdr-state, session 12) only
   // session 12 (gdr-state): bit 268435456 (the pair's loaders copy nothing: a measurement, WRONG results) or
   // 536870912 (the state kernels' image by one bulk copy), not both, on 71266513 or 205484241 (+ 12582912 or not)
-  // session 13 (gdrtma): bit 1073741824 (the tensor-map K / Q / V loads) only with 536870912, not with the ping-pong
+  // session 13 (gdrtma): bit 1073741824 (the tensor-map K / Q / V loads) only with 536870912; with the ping-pong
+  // 134217728 too since gdrpp (1828679889 = 1694462161 + 134217728, opt-in)
   if ((v & (268435456 | 536870912 | 1073741824)) != 0) {
     if ((v & 268435456) != 0 && (v & 536870912) != 0) return false;
-    if ((v & 1073741824) != 0 && ((v & 536870912) == 0 || (v & 134217728) != 0)) return false;
+    if ((v & 1073741824) != 0 && (v & 536870912) == 0) return false;
     const int b = v & ~(12582912 | 268435456 | 536870912 | 1073741824);
     return b == 71266513 || b == 205484241;
   }
@@ -2227,17 +2230,20 @@ extern "C" dk_status dk_gdr_chunk_prefill_split_sm90(const DkGdrPrefillFusedPara
   // launch_cp / launch_split read the bit from p.variant at run time: same template instances as 28881)
   if ((p->variant & (268435456 | 536870912)) != 0) {  // session 12 (checked above; the local-pass bits at run time)
     constexpr int kB = 94417 | 2097152 | 67108864;  // 71266513's routes
-    const bool pp = (p->variant & ~(12582912 | 268435456 | 536870912)) == 205484241;
+    // (every bit this branch adds masked: session 13's call 2 compared without 1073741824 and ran the wrong kernels)
+    const bool pp = (p->variant & ~(12582912 | 268435456 | 536870912 | 1073741824)) == 205484241;
     if ((p->variant & 268435456) != 0)
       return pp ? launch_cp<kB | 134217728 | 268435456>(a, s) : launch_cp<kB | 268435456>(a, s);
     // session 13 (gdrtma): + 1073741824, the K / Q / V tiles of full chunks by tensor-map TMA (split_wg_kernel kTma):
     // the maps are encoded here, per call, from the views; where one cannot be encoded (no driver entry point, T >=
     // 2^31, an odd stride) the call runs the same variant without the bit (the cp.async loads: same values)
-    if ((p->variant & 1073741824) != 0 && !pp) {
+    // gdrpp (session 13): with the ping-pong (1828679889) the pair state CTA's kPP + kTma instance
+    if ((p->variant & 1073741824) != 0) {
       if (encode_rows_map(&a.tm_q, p->q, p->h_k * p->k_dim, p->num_tokens, p->q_stride) &&
           encode_rows_map(&a.tm_k, p->k, p->h_k * p->k_dim, p->num_tokens, p->k_stride) &&
           encode_rows_map(&a.tm_v, p->v, p->h_v * p->v_dim, p->num_tokens, p->v_stride))
-        return launch_cp<kB | 536870912 | 1073741824>(a, s);
+        return pp ? launch_cp<kB | 134217728 | 536870912 | 1073741824>(a, s)
+                  : launch_cp<kB | 536870912 | 1073741824>(a, s);
     }
     return pp ? launch_cp<kB | 134217728 | 536870912>(a, s) : launch_cp<kB | 536870912>(a, s);
   }

@@ -11,7 +11,9 @@
 # with BENCH="1694462161 1828679889" BFILT=9b_16x32/8x8192 PASSES=3 TESTS=1828679889 SAN="memcheck:1828679889:default_routes
 # racecheck:1828679889:default_routes racecheck:1828679889:ragged" NCU_RE="local_wgmma_kernel|split_wg_kernel" NCU_N=3
 # (kernel regex, launches per ncu run). Its dispatch's ping-pong test did not mask bit 1073741824, so the candidate ran
-# T's kernels (an A / A noise check of T); main refuses 1073741824 with 134217728.
+# T's kernels (an A / A noise check of T). gdrpp (call 3) fixed the mask (main accepts 1828679889) and ran
+# BUNDLE=.gpu-gdrpp BENCH="1694462161 1828679889" TESTS=1828679889 SAN="memcheck:1828679889:default_routes
+# racecheck:1828679889:default_routes racecheck:1828679889:ragged" NCU="9b_16x32/8x8192:1694462161 9b_16x32/8x8192:1828679889".
 # Here:  DELTAKIT_BUNDLE_DIR=.gpu-gdrtma DELTAKIT_BUNDLE_TESTS="--workspace --test gdr_chunk_prefill" \
 #          DELTAKIT_BUNDLE_BENCHES="-p deltakit --bench gdr_chunk_prefill" tools/gpu-bundle
 # There (carry .gpu-gdrtma, this file copied in as .gpu-gdrtma/call.sh): OUT=$OUT bash .gpu-gdrtma/call.sh

@@ -413,10 +413,11 @@ pub fn pipeline_selected() -> PrefillPipeline {
 /// from session 12's end check to session 13), same values; +
 /// 268435456 instead of 536870912 (352284881 / 486502609: the pair's loaders copy nothing, a
 /// measurement with WRONG results); state kernel (session 13): + 1073741824 on a variant with
-/// 536870912 and without 134217728 (1694462161 = 620720337 + 1073741824, the default since
-/// session 13: the K / Q / V tiles of every full 64-token chunk by tensor-map TMA, the maps
-/// encoded per call; where a map cannot be encoded the same variant without the bit runs), same
-/// values; any other
+/// 536870912 (1694462161 = 620720337 + 1073741824, the default since session 13: the K / Q / V
+/// tiles of every full 64-token chunk by tensor-map TMA, the maps encoded per call; where a map
+/// cannot be encoded the same variant without the bit runs; 1828679889 = 1694462161 + 134217728:
+/// and the pair state CTA's ping-pong, opt-in: H200 2026-12-02 within noise of 1694462161 at 9B
+/// 8 x 8192), same values; any other
 /// value fails the call with [`Error::Shape`] naming `DELTAKIT_GDR_SPLIT_VARIANT` before anything
 /// is enqueued). Unset or empty: [`SPLIT_VARIANT`]. Text that is not an integer is
 /// `Err(the text)`: the calls where the split pipeline runs fail with that error (a measurement
