@@ -888,6 +888,86 @@ fn strided_case(gpu: &Gpu, dims: (usize, usize, usize, usize), case: u64) {
     check(&c, &x, &o, &s, &ro, &rs, seed);
 }
 
+/// The tensor-map K / Q / V loads of the default split variant (1694462161, session 13) on views
+/// a map takes only through its base address and token stride: q, k and v each in its own buffer
+/// at a 16-byte (not 128-byte) offset, with three different token strides (multiples of 16
+/// elements, not of 64), everything outside the views NaN (a box reaching past a view's columns
+/// or rows would read it); varlen lengths so that full chunks start at odd token rows, an empty
+/// sequence, T = 1; cases sized for the single, pair and context-parallel state kernels (see
+/// [`default_routes_pair_and_context_parallel`]; `DELTAKIT_GDR_ROUTE_LOG=1` prints the route)
+/// and H_v / H_k = 3. Fused gating on two cases, precomputed on the others.
+#[test]
+fn strided_unaligned_views_on_every_route() {
+    let Some(ctx) = gpu("strided_unaligned_views_on_every_route") else { return };
+    let gpu = Gpu::new(&ctx);
+    let cases: [((usize, usize, usize, usize), &[usize], bool); 5] = [
+        ((2, 4, 128, 128), &[1, 63, 64, 65, 130, 7, 200, 0], true),
+        ((16, 32, 128, 128), &[300, 40, 257], false),
+        ((2, 4, 128, 128), &[6000, 4700], false),
+        ((2, 6, 128, 128), &[129, 3, 190], true),
+        ((4, 8, 128, 128), &[1], false),
+    ];
+    for (i, (dims, lens, fused)) in cases.into_iter().enumerate() {
+        let mut c = Case::new(&format!("strided unaligned {dims:?} x{}", lens.len()), dims, lens);
+        c.fused = fused;
+        let (mut rng, seed) = common::rng(8100 + i as u64);
+        let x = make_data(&c, &mut rng);
+        let (o, s) = run_strided(&gpu, &c, &x);
+        let (ro, rs) = reference(&c, &x);
+        check(&c, &x, &o, &s, &ro, &rs, seed);
+    }
+}
+
+/// `rows` rows of `row` elements of `x` at element offset `off` of a NaN buffer, token stride
+/// `stride`.
+fn nan_padded(x: &[bf16], rows: usize, row: usize, stride: usize, off: usize) -> Vec<bf16> {
+    let mut b = vec![bf16::NAN; off + (rows - 1) * stride + row + 24];
+    for i in 0..rows {
+        b[off + i * stride..off + i * stride + row].copy_from_slice(&x[i * row..(i + 1) * row]);
+    }
+    b
+}
+
+/// [`Gpu::run`] with q / k / v as strided views at 16-byte offsets of NaN-padded buffers
+/// (offsets 8 / 24 / 40 elements, strides row + 16 / + 48 / + 80). Returns (out, state after).
+fn run_strided(gpu: &Gpu, c: &Case, x: &Data) -> (Vec<f32>, Vec<f32>) {
+    let d = c.dims;
+    let t = c.t();
+    let (qk, vr) = (d.h_k * d.k, d.h_v * d.v);
+    let (oq, ok, ov) = (8usize, 24usize, 40usize);
+    let (sq, sk, sv) = (qk + 16, qk + 48, vr + 80);
+    let qb = gpu.up(&nan_padded(&x.q, t, qk, sq, oq));
+    let kb = gpu.up(&nan_padded(&x.k, t, qk, sk, ok));
+    let vb = gpu.up(&nan_padded(&x.v, t, vr, sv, ov));
+    let (a, b, al, dt) = (gpu.up(&x.a), gpu.up(&x.b), gpu.up(&x.a_log), gpu.up(&x.dt_bias));
+    let (g, beta) = (gpu.up(&x.g), gpu.up(&x.beta));
+    let (cu, slots) = (gpu.up(&c.cu()), gpu.up(&c.slots));
+    let mut st = gpu.up(&x.state0);
+    let mut out = gpu.up(&vec![bf16::NAN; t * vr]);
+    let mut ws = gpu.up(&vec![0xFFu8; workspace_bytes(d, t, c.lens.len())]);
+    let gating = if c.fused {
+        Gating::Fused { a: a.as_view(), b: b.as_view(), a_log: al.as_view(), dt_bias: dt.as_view() }
+    } else {
+        Gating::Precomputed { g: g.as_view(), beta: beta.as_view() }
+    };
+    let inputs = ChunkPrefillInputs {
+        q: qb.slice(oq..oq + (t - 1) * sq + qk),
+        k: kb.slice(ok..ok + (t - 1) * sk + qk),
+        v: vb.slice(ov..ov + (t - 1) * sv + vr),
+        gating,
+        cu_seqlens: cu.as_view(),
+        slots: slots.as_view(),
+        initial_state: InitialState::FromSlots,
+    };
+    let strides = ChunkPrefillStrides { q: Some(sq), k: Some(sk), v: Some(sv), ab: None };
+    let cu_h = c.cu();
+    let host = HostCopies { cu_seqlens: Some(&cu_h), slots: Some(&c.slots) };
+    chunk_prefill(&gpu.stream, d, c.opts, strides, &inputs, host, &mut st, &mut out, &mut ws)
+        .unwrap();
+    let o: Vec<f32> = gpu.stream.clone_dtoh(&out).unwrap().iter().map(|v| v.to_f32()).collect();
+    (o, gpu.stream.clone_dtoh(&st).unwrap())
+}
+
 #[test]
 #[allow(clippy::too_many_lines)]
 fn rejects_bad_arguments() {
