@@ -10,7 +10,8 @@
 //! `exp(A_log)` overflowing, softplus underflowing to 0), heads per rank 1..64, a ragged batch
 //! repeated 100 times under a timeout (5 under `DELTAKIT_SANITIZE=1`), the default split
 //! variant's pair and context-parallel routes (cases sized for its models), and a sequence whose
-//! `[T, H_v, V]` tensors pass 2^31 elements (int64 offsets).
+//! `[T, H_v, V]` tensors pass 2^31 elements (int64 offsets); strided q / k / v views (of one packed
+//! buffer; of NaN-padded buffers at 16-byte offsets on every state-kernel route).
 mod common;
 
 use std::sync::{Arc, OnceLock};
@@ -888,6 +889,9 @@ fn strided_case(gpu: &Gpu, dims: (usize, usize, usize, usize), case: u64) {
     check(&c, &x, &o, &s, &ro, &rs, seed);
 }
 
+/// (H_k, H_v, K, V), sequence lengths, fused gating.
+type StridedCase = ((usize, usize, usize, usize), &'static [usize], bool);
+
 /// The tensor-map K / Q / V loads of the default split variant (1694462161, session 13) on views
 /// a map takes only through its base address and token stride: q, k and v each in its own buffer
 /// at a 16-byte (not 128-byte) offset, with three different token strides (multiples of 16
@@ -900,7 +904,7 @@ fn strided_case(gpu: &Gpu, dims: (usize, usize, usize, usize), case: u64) {
 fn strided_unaligned_views_on_every_route() {
     let Some(ctx) = gpu("strided_unaligned_views_on_every_route") else { return };
     let gpu = Gpu::new(&ctx);
-    let cases: [((usize, usize, usize, usize), &[usize], bool); 5] = [
+    let cases: [StridedCase; 5] = [
         ((2, 4, 128, 128), &[1, 63, 64, 65, 130, 7, 200, 0], true),
         ((16, 32, 128, 128), &[300, 40, 257], false),
         ((2, 4, 128, 128), &[6000, 4700], false),
